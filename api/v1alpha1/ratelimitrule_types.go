@@ -1,0 +1,137 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RateLimitRuleSpec is the limit for one tenant on one route: a token bucket
+// that holds at most capacity tokens and refills at a fixed rate. Every request
+// takes one token; a request that finds no token is rejected with 429.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.refillPerSecond) != has(self.refill)",message="exactly one of spec.refillPerSecond and spec.refill must be set"
+type RateLimitRuleSpec struct {
+	// tenant is the client this rule limits: the tenant id the gateway derives
+	// from the X-Api-Key header. "*" matches every tenant and makes a default
+	// rule. 1 to 64 characters: letters, digits, '.', '_' and '-', starting
+	// with a letter or digit.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^(\*|[A-Za-z0-9][A-Za-z0-9._-]*)$`
+	// +required
+	Tenant string `json:"tenant"`
+
+	// route is the gateway route id this rule limits. "*" matches every route
+	// and makes a default rule. Same characters and length as tenant.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^(\*|[A-Za-z0-9][A-Za-z0-9._-]*)$`
+	// +required
+	Route string `json:"route"`
+
+	// capacity is the bucket size: the largest burst admitted at once, and the
+	// number of tokens a new or long-idle bucket starts with. 1 to 1000000000.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000
+	// +required
+	Capacity int64 `json:"capacity"`
+
+	// refillPerSecond is the sustained rate in tokens per second. Shorthand for
+	// refill {tokens: N, period: 1s}. Set exactly one of refillPerSecond and
+	// refill. 1 to 1000000000.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000
+	// +optional
+	RefillPerSecond *int64 `json:"refillPerSecond,omitempty"`
+
+	// refill is the sustained rate as tokens per period, for rates that are not
+	// a whole number per second: {tokens: 10, period: 1m} is exactly 10 per
+	// minute. Tokens are added continuously, not in steps at the end of each
+	// period. Set exactly one of refillPerSecond and refill.
+	// +optional
+	Refill *Refill `json:"refill,omitempty"`
+}
+
+// Refill is a refill rate written as a number of tokens per period.
+type Refill struct {
+	// tokens is the number of tokens added over one period. 1 to 1000000000.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000
+	// +required
+	Tokens int64 `json:"tokens"`
+
+	// period is the time over which tokens are added, in whole seconds written
+	// with the units h, m and s (for example "1s", "1m", "1h", "1h30m").
+	// From 1s to 168h (one week).
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:Pattern=`^([0-9]+h)?([0-9]+m)?([0-9]+s)?$`
+	// +kubebuilder:validation:XValidation:rule="self != '' && duration(self) >= duration('1s') && duration(self) <= duration('168h')",message="spec.refill.period must be between 1s and 168h"
+	// +required
+	Period metav1.Duration `json:"period"`
+}
+
+// RateLimitRuleStatus is what the controller last observed and published.
+type RateLimitRuleStatus struct {
+	// observedGeneration is the metadata.generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// rate is the refill rate in a short human form ("100/s", "10/1m"), for
+	// kubectl get.
+	// +optional
+	Rate string `json:"rate,omitempty"`
+
+	// publishedVersion is the version of the rule snapshot in which the current
+	// spec was published. A gateway that has loaded this snapshot version or a
+	// later one enforces the rule.
+	// +optional
+	PublishedVersion int64 `json:"publishedVersion,omitempty"`
+
+	// conditions: Accepted (the rule is valid and wins its tenant+route),
+	// Programmed (the rule is in the published snapshot) and Ready (both).
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// RateLimitRule limits the requests of one tenant on one gateway route with a
+// token bucket shared by all gateway replicas.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=rlr,categories=tollgate
+// +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.spec.tenant`
+// +kubebuilder:printcolumn:name="Route",type=string,JSONPath=`.spec.route`
+// +kubebuilder:printcolumn:name="Capacity",type=integer,JSONPath=`.spec.capacity`
+// +kubebuilder:printcolumn:name="Rate",type=string,JSONPath=`.status.rate`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Version",type=integer,priority=1,JSONPath=`.status.publishedVersion`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type RateLimitRule struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the limit.
+	// +required
+	Spec RateLimitRuleSpec `json:"spec"`
+
+	// status is written by the controller.
+	// +optional
+	Status RateLimitRuleStatus `json:"status,omitempty"`
+}
+
+// RateLimitRuleList is a list of RateLimitRules.
+//
+// +kubebuilder:object:root=true
+type RateLimitRuleList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RateLimitRule `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&RateLimitRule{}, &RateLimitRuleList{})
+}

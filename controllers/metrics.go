@@ -1,0 +1,38 @@
+package controllers
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	publishDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "tollgate_controller_publish_duration_seconds",
+		Help:    "Time of one snapshot pass: compile every rule, write changed shards, delete stale ones.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+	})
+	rulesByState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tollgate_controller_rules",
+		Help: "RateLimitRules seen by the last publish, by state (accepted, conflict, invalid).",
+	}, []string{"state"})
+	snapshotShards = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tollgate_controller_snapshot_shards",
+		Help: "Number of shard ConfigMaps in the published snapshot.",
+	})
+	snapshotVersion = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tollgate_controller_snapshot_version",
+		Help: "Highest shard version of the published snapshot.",
+	})
+	configMapWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_controller_configmap_writes_total",
+		Help: "Shard ConfigMap writes, by operation (create, update, delete).",
+	}, []string{"op"})
+	statusPatches = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tollgate_controller_status_patches_total",
+		Help: "RateLimitRule status patches.",
+	})
+)
+
+func init() {
+	metrics.Registry.MustRegister(publishDuration, rulesByState, snapshotShards, snapshotVersion, configMapWrites, statusPatches)
+}

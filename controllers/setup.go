@@ -1,0 +1,94 @@
+// Package controllers holds tollgate's reconcilers: the snapshot reconciler,
+// which compiles every RateLimitRule into the sharded rule snapshot that
+// gateways load, and the status reconciler, which reports on each rule.
+package controllers
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/pflag"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// +kubebuilder:rbac:groups=ratelimit.tollgate.dev,resources=ratelimitrules,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ratelimit.tollgate.dev,resources=ratelimitrules/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;delete,namespace=tollgate-system
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=tollgate-system
+
+// Options configure the controllers.
+type Options struct {
+	// SnapshotNamespace is the namespace the shard ConfigMaps are written to:
+	// the gateways' namespace. Default: the POD_NAMESPACE environment
+	// variable, else tollgate-system.
+	SnapshotNamespace string
+	// SnapshotName names the snapshot: shard ConfigMaps are called
+	// <SnapshotName>-<i>-of-<n> and carry the label
+	// ratelimit.tollgate.dev/snapshot=<SnapshotName>. Default tollgate-rules.
+	SnapshotName string
+	// StatusWorkers is how many rule statuses are patched concurrently.
+	// Default 4.
+	StatusWorkers int
+}
+
+// DefaultSnapshotName is the default Options.SnapshotName.
+const DefaultSnapshotName = "tollgate-rules"
+
+// AddFlags registers the options as command-line flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet, defaultNamespace string) {
+	fs.StringVar(&o.SnapshotNamespace, "snapshot-namespace", defaultNamespace,
+		"Namespace the rule snapshot ConfigMaps are written to (the gateways' namespace).")
+	fs.StringVar(&o.SnapshotName, "snapshot-name", DefaultSnapshotName,
+		"Name of the rule snapshot: prefix of its shard ConfigMaps and value of their ratelimit.tollgate.dev/snapshot label.")
+	fs.IntVar(&o.StatusWorkers, "status-workers", 4, "Number of RateLimitRule statuses patched concurrently.")
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	switch {
+	case o.SnapshotNamespace == "":
+		return fmt.Errorf("--snapshot-namespace must not be empty")
+	case o.SnapshotName == "" || len(o.SnapshotName) > 200:
+		return fmt.Errorf("--snapshot-name must be 1 to 200 characters")
+	case o.StatusWorkers < 1:
+		return fmt.Errorf("--status-workers must be at least 1")
+	}
+	return nil
+}
+
+// Setup adds both reconcilers to mgr. The manager's cache must include
+// RateLimitRules and the snapshot namespace's ConfigMaps.
+func Setup(mgr ctrl.Manager, opts Options) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	state, queue := newPublishedState(), newStatusQueue()
+	snap := &SnapshotReconciler{
+		client:   mgr.GetClient(),
+		opts:     opts,
+		recorder: mgr.GetEventRecorder("tollgate-controller"),
+		state:    state,
+		statusQ:  queue,
+		written:  map[string]writtenShard{},
+	}
+	if err := snap.setupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the snapshot controller: %w", err)
+	}
+	status := &StatusReconciler{
+		client:      mgr.GetClient(),
+		state:       state,
+		snapshotRef: fmt.Sprintf("ConfigMaps %s/%s-*", opts.SnapshotNamespace, opts.SnapshotName),
+	}
+	if err := status.setupWithManager(mgr, queue, opts.StatusWorkers); err != nil {
+		return fmt.Errorf("setting up the status controller: %w", err)
+	}
+	return nil
+}
+
+// annotationInt parses an integer annotation.
+func annotationInt(obj client.Object, key string) (int64, bool) {
+	v, err := strconv.ParseInt(obj.GetAnnotations()[key], 10, 64)
+	return v, err == nil
+}

@@ -1,0 +1,107 @@
+package snapshot
+
+import (
+	"fmt"
+	"math/bits"
+
+	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+)
+
+// Set is a complete snapshot: one shard for every index of one shard count.
+// It is immutable and safe for concurrent readers; a new snapshot is a new
+// Set.
+type Set struct {
+	shards   []*Shard
+	wildcard *Shard // the shard of tenant "*"
+	version  int64
+	rules    int
+}
+
+// NewSet assembles shards, which must all have the same count and cover
+// every index exactly once.
+func NewSet(shards []*Shard) (*Set, error) {
+	if len(shards) == 0 {
+		return nil, fmt.Errorf("a snapshot needs at least one shard")
+	}
+	count := shards[0].Count
+	if len(shards) != count {
+		return nil, fmt.Errorf("have %d shards of a %d-shard snapshot", len(shards), count)
+	}
+	s := &Set{shards: make([]*Shard, count)}
+	for _, sh := range shards {
+		if sh.Count != count {
+			return nil, fmt.Errorf("shard %d belongs to a %d-shard snapshot, not %d", sh.Index, sh.Count, count)
+		}
+		if s.shards[sh.Index] != nil {
+			return nil, fmt.Errorf("shard %d given twice", sh.Index)
+		}
+		s.shards[sh.Index] = sh
+		s.rules += len(sh.Rules)
+		s.version = max(s.version, sh.Version)
+	}
+	s.wildcard = s.shards[ShardIndex(v1alpha1.Wildcard, count)]
+	return s, nil
+}
+
+// Lookup returns the rule that governs tenant on route, by precedence: exact
+// tenant and route, then tenant and "*", then "*" and route, then "*" and "*".
+// It returns nil when no rule matches; the caller applies its built-in default.
+func (s *Set) Lookup(tenant, route string) *Rule {
+	own := s.shards[ShardIndex(tenant, len(s.shards))]
+	if r := own.byKey[ruleKey{tenant, route}]; r != nil {
+		return r
+	}
+	if r := own.byKey[ruleKey{tenant, v1alpha1.Wildcard}]; r != nil {
+		return r
+	}
+	if r := s.wildcard.byKey[ruleKey{v1alpha1.Wildcard, route}]; r != nil {
+		return r
+	}
+	return s.wildcard.byKey[ruleKey{v1alpha1.Wildcard, v1alpha1.Wildcard}]
+}
+
+// Version is the highest shard version: the snapshot version a gateway reports
+// and compares with a rule's status.publishedVersion.
+func (s *Set) Version() int64 { return s.version }
+
+// Len is the number of rules.
+func (s *Set) Len() int { return s.rules }
+
+// Shards returns the shards by index. Do not modify them.
+func (s *Set) Shards() []*Shard { return s.shards }
+
+// Empty is a snapshot with no rules.
+func Empty() *Set {
+	s, _ := NewSet([]*Shard{NewShard(0, 1, 0, nil)})
+	return s
+}
+
+// ShardCount chooses the number of shards for n rules. current is the count
+// in use (0 if none); it is kept while it still fits, so that adding or
+// removing a few rules does not reshuffle every shard. The result is a power
+// of two.
+func ShardCount(n, current int) int {
+	need := max(1, ceilPow2((n+TargetRulesPerShard-1)/TargetRulesPerShard))
+	if current >= need && current < need*4 {
+		return current
+	}
+	return need
+}
+
+func ceilPow2(n int) int {
+	if n <= 1 {
+		return 1
+	}
+	return 1 << bits.Len(uint(n-1))
+}
+
+// Partition splits rules into count shards by tenant. The result has count
+// slices (some may be empty).
+func Partition(rules []Rule, count int) [][]Rule {
+	out := make([][]Rule, count)
+	for _, r := range rules {
+		i := ShardIndex(r.Tenant, count)
+		out[i] = append(out[i], r)
+	}
+	return out
+}

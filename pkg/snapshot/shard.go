@@ -1,0 +1,266 @@
+package snapshot
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"sort"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Labels and annotations of shard ConfigMaps.
+const (
+	// LabelSnapshot selects every shard of one snapshot; its value is the
+	// snapshot name (the ConfigMap name prefix).
+	LabelSnapshot = "ratelimit.tollgate.dev/snapshot"
+	// LabelManagedBy marks objects the controller owns.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedByValue is the LabelManagedBy value.
+	ManagedByValue = "tollgate-controller"
+
+	AnnotationIndex    = "ratelimit.tollgate.dev/shard-index"
+	AnnotationCount    = "ratelimit.tollgate.dev/shard-count"
+	AnnotationVersion  = "ratelimit.tollgate.dev/version"
+	AnnotationChecksum = "ratelimit.tollgate.dev/checksum"
+	AnnotationRules    = "ratelimit.tollgate.dev/rules"
+
+	// DataKey is the binaryData key holding the compressed shard.
+	DataKey = "rules.json.gz"
+)
+
+// Format is the version of the encoding; a reader refuses other formats.
+const Format = 1
+
+// Size bounds of a shard.
+const (
+	// TargetRulesPerShard is how many rules a shard holds on average before the
+	// shard count doubles.
+	TargetRulesPerShard = 4096
+	// MaxShardBytes bounds a shard's compressed payload, well under the API
+	// server's 1 MiB object limit.
+	MaxShardBytes = 512 << 10
+	// maxDecodedBytes bounds decompression of an untrusted payload.
+	maxDecodedBytes = 64 << 20
+	// MaxShards bounds the shard count a reader accepts.
+	MaxShards = 4096
+)
+
+// ErrTooLarge is returned by Shard.ConfigMap when the compressed shard exceeds
+// MaxShardBytes; the writer should use more shards.
+var ErrTooLarge = errors.New("shard too large")
+
+// Shard is one decoded shard. Treat it as immutable once built.
+type Shard struct {
+	Index int
+	Count int
+	// Version increases every time the controller rewrites the shard.
+	Version int64
+	// Checksum identifies the rules (not the version): equal checksums mean
+	// equal content.
+	Checksum string
+	// Rules are sorted by tenant, then route.
+	Rules []Rule
+
+	byKey map[ruleKey]*Rule
+}
+
+type ruleKey struct{ tenant, route string }
+
+// payload is the JSON stored (compressed) in a shard ConfigMap.
+type payload struct {
+	Format  int    `json:"format"`
+	Index   int    `json:"index"`
+	Count   int    `json:"count"`
+	Version int64  `json:"version"`
+	Rules   []Rule `json:"rules"`
+}
+
+// ShardIndex is the shard that holds the rules of tenant in a snapshot of
+// count shards. count is a power of two.
+func ShardIndex(tenant string, count int) int {
+	if count <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(tenant))
+	return int(h.Sum32() % uint32(count))
+}
+
+// ConfigMapName is the name of shard index of count in snapshot prefix.
+func ConfigMapName(prefix string, index, count int) string {
+	return prefix + "-" + strconv.Itoa(index) + "-of-" + strconv.Itoa(count)
+}
+
+// NewShard builds a shard from rules (which it sorts) and computes its checksum.
+func NewShard(index, count int, version int64, rules []Rule) *Shard {
+	sortRules(rules)
+	s := &Shard{Index: index, Count: count, Version: version, Rules: rules}
+	s.Checksum = checksum(rules)
+	s.index()
+	return s
+}
+
+func sortRules(rules []Rule) {
+	sort.Slice(rules, func(i, j int) bool {
+		if rules[i].Tenant != rules[j].Tenant {
+			return rules[i].Tenant < rules[j].Tenant
+		}
+		return rules[i].Route < rules[j].Route
+	})
+}
+
+func checksum(rules []Rule) string {
+	h := sha256.New()
+	enc := json.NewEncoder(h)
+	for i := range rules {
+		_ = enc.Encode(&rules[i])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+func (s *Shard) index() {
+	s.byKey = make(map[ruleKey]*Rule, len(s.Rules))
+	for i := range s.Rules {
+		r := &s.Rules[i]
+		s.byKey[ruleKey{r.Tenant, r.Route}] = r
+	}
+}
+
+// Get returns the rule for exactly tenant and route (either may be "*").
+func (s *Shard) Get(tenant, route string) *Rule {
+	return s.byKey[ruleKey{tenant, route}]
+}
+
+// Encode compresses the shard for a ConfigMap.
+func (s *Shard) Encode() ([]byte, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if err := json.NewEncoder(zw).Encode(payload{Format: Format, Index: s.Index, Count: s.Count, Version: s.Version, Rules: s.Rules}); err != nil {
+		return nil, fmt.Errorf("encoding shard %d: %w", s.Index, err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("compressing shard %d: %w", s.Index, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// ConfigMap renders the shard as a ConfigMap of snapshot prefix in namespace.
+func (s *Shard) ConfigMap(namespace, prefix string) (*corev1.ConfigMap, error) {
+	data, err := s.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxShardBytes {
+		return nil, fmt.Errorf("%w: shard %d of %d is %d bytes compressed, over the %d byte bound", ErrTooLarge, s.Index, s.Count, len(data), MaxShardBytes)
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      ConfigMapName(prefix, s.Index, s.Count),
+			Namespace: namespace,
+			Labels: map[string]string{
+				LabelSnapshot:  prefix,
+				LabelManagedBy: ManagedByValue,
+			},
+			Annotations: map[string]string{
+				AnnotationIndex:    strconv.Itoa(s.Index),
+				AnnotationCount:    strconv.Itoa(s.Count),
+				AnnotationVersion:  strconv.FormatInt(s.Version, 10),
+				AnnotationChecksum: s.Checksum,
+				AnnotationRules:    strconv.Itoa(len(s.Rules)),
+			},
+		},
+		BinaryData: map[string][]byte{DataKey: data},
+	}, nil
+}
+
+// Decode parses a compressed shard payload, checking everything: a malformed
+// payload yields an error, never a panic or a partly filled shard.
+func Decode(data []byte) (*Shard, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("shard is not gzip data: %w", err)
+	}
+	raw, err := io.ReadAll(io.LimitReader(zr, maxDecodedBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("decompressing shard: %w", err)
+	}
+	if len(raw) > maxDecodedBytes {
+		return nil, fmt.Errorf("shard decompresses to more than %d bytes", maxDecodedBytes)
+	}
+	var p payload
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("decoding shard JSON: %w", err)
+	}
+	if p.Format != Format {
+		return nil, fmt.Errorf("shard format %d, this build reads format %d", p.Format, Format)
+	}
+	if p.Count < 1 || p.Count > MaxShards || p.Count&(p.Count-1) != 0 {
+		return nil, fmt.Errorf("shard count %d is not a power of two in [1, %d]", p.Count, MaxShards)
+	}
+	if p.Index < 0 || p.Index >= p.Count {
+		return nil, fmt.Errorf("shard index %d out of range for %d shards", p.Index, p.Count)
+	}
+	if p.Version < 0 {
+		return nil, fmt.Errorf("shard version %d is negative", p.Version)
+	}
+	seen := make(map[ruleKey]struct{}, len(p.Rules))
+	for i := range p.Rules {
+		r := &p.Rules[i]
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("rule %d: %w", i, err)
+		}
+		if got := ShardIndex(r.Tenant, p.Count); got != p.Index {
+			return nil, fmt.Errorf("rule %d (tenant %q) belongs in shard %d, found in shard %d", i, r.Tenant, got, p.Index)
+		}
+		k := ruleKey{r.Tenant, r.Route}
+		if _, dup := seen[k]; dup {
+			return nil, fmt.Errorf("rule %d: duplicate tenant %q route %q", i, r.Tenant, r.Route)
+		}
+		seen[k] = struct{}{}
+	}
+	if p.Rules == nil {
+		p.Rules = []Rule{}
+	}
+	return NewShard(p.Index, p.Count, p.Version, p.Rules), nil
+}
+
+// FromConfigMap decodes a shard ConfigMap and checks that its annotations
+// agree with its payload.
+func FromConfigMap(cm *corev1.ConfigMap) (*Shard, error) {
+	data, ok := cm.BinaryData[DataKey]
+	if !ok {
+		return nil, fmt.Errorf("configmap %s/%s has no binaryData %q", cm.Namespace, cm.Name, DataKey)
+	}
+	s, err := Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("configmap %s/%s: %w", cm.Namespace, cm.Name, err)
+	}
+	var errs []error
+	for key, want := range map[string]string{
+		AnnotationIndex:   strconv.Itoa(s.Index),
+		AnnotationCount:   strconv.Itoa(s.Count),
+		AnnotationVersion: strconv.FormatInt(s.Version, 10),
+	} {
+		if got := cm.Annotations[key]; got != want {
+			errs = append(errs, fmt.Errorf("annotation %s is %q, payload says %q", key, got, want))
+		}
+	}
+	if sum := cm.Annotations[AnnotationChecksum]; sum != "" && sum != s.Checksum {
+		errs = append(errs, fmt.Errorf("checksum annotation %q does not match the rules (%q)", sum, s.Checksum))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("configmap %s/%s: %w", cm.Namespace, cm.Name, err)
+	}
+	return s, nil
+}
