@@ -16,6 +16,7 @@ import (
 // +kubebuilder:rbac:groups=ratelimit.tollgate.dev,resources=ratelimitrules/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;delete,namespace=tollgate-system
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=tollgate-system
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=tollgate-system
 
 // Options configure the controllers.
@@ -66,12 +67,13 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	state, queue := newPublishedState(), newStatusQueue()
 	snap := &SnapshotReconciler{
-		client:   mgr.GetClient(),
-		opts:     opts,
-		recorder: mgr.GetEventRecorder("tollgate-controller"),
-		state:    state,
-		statusQ:  queue,
-		written:  map[string]writtenShard{},
+		client:    mgr.GetClient(),
+		apiReader: mgr.GetAPIReader(),
+		opts:      opts,
+		recorder:  mgr.GetEventRecorder("tollgate-controller"),
+		state:     state,
+		statusQ:   queue,
+		written:   map[string]writtenShard{},
 	}
 	if err := snap.setupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the snapshot controller: %w", err)

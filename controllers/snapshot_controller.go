@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -27,11 +29,12 @@ import (
 // burst of rule changes collapses into few passes, and each pass writes only
 // the shards whose rules changed.
 type SnapshotReconciler struct {
-	client   client.Client
-	opts     Options
-	recorder events.EventRecorder
-	state    *publishedState
-	statusQ  *statusQueue
+	client    client.Client
+	apiReader client.Reader // reads shard ConfigMaps uncached
+	opts      Options
+	recorder  events.EventRecorder
+	state     *publishedState
+	statusQ   *statusQueue
 
 	// writtenMu guards written, which the ConfigMap predicate reads.
 	writtenMu sync.Mutex
@@ -50,24 +53,34 @@ type writtenShard struct {
 
 // Reconcile runs one snapshot pass. The request is always the same fixed key.
 func (r *SnapshotReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
-	start := time.Now()
 	var list v1alpha1.RateLimitRuleList
-	if err := r.client.List(ctx, &list); err != nil {
+	// The list is only read, so the cache's objects are used without copies.
+	if err := r.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing RateLimitRules: %w", err)
 	}
-	c := compile(list.Items)
+	return reconcile.Result{}, r.sync(ctx, list.Items)
+}
+
+// sync compiles items, publishes the snapshot and updates the rule states.
+func (r *SnapshotReconciler) sync(ctx context.Context, items []v1alpha1.RateLimitRule) error {
+	start := time.Now()
+	c := compile(items)
 	pub, err := r.publish(ctx, c.Rules)
 	if err != nil {
-		return reconcile.Result{}, err
+		return err
 	}
 	r.updateState(c, pub)
-	publishDuration.Observe(time.Since(start).Seconds())
-	return reconcile.Result{}, nil
+	elapsed := time.Since(start)
+	publishDuration.Observe(elapsed.Seconds())
+	log.FromContext(ctx).V(1).Info("published snapshot", "rules", len(items), "accepted", len(c.Rules),
+		"shards", pub.count, "writes", pub.writes, "version", r.maxVersion, "duration", elapsed)
+	return nil
 }
 
 // published describes the snapshot as written.
 type published struct {
 	count    int
+	writes   int
 	versions []int64 // by shard index
 }
 
@@ -76,20 +89,23 @@ type published struct {
 // written before old ones are deleted, so a reader always finds one complete
 // layout.
 func (r *SnapshotReconciler) publish(ctx context.Context, rules []snapshot.Rule) (published, error) {
-	var cms corev1.ConfigMapList
-	if err := r.client.List(ctx, &cms, client.InNamespace(r.opts.SnapshotNamespace),
+	// Shard metadata is read from the API server, not the cache: a cache that
+	// has not yet seen our last write would make every update conflict.
+	var metas metav1.PartialObjectMetadataList
+	metas.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
+	if err := r.apiReader.List(ctx, &metas, client.InNamespace(r.opts.SnapshotNamespace),
 		client.MatchingLabels{snapshot.LabelSnapshot: r.opts.SnapshotName}); err != nil {
 		return published{}, fmt.Errorf("listing snapshot ConfigMaps: %w", err)
 	}
-	existing := make(map[string]*corev1.ConfigMap, len(cms.Items))
+	existing := make(map[string]*metav1.PartialObjectMetadata, len(metas.Items))
 	current := 0
 	var currentVersion int64 = -1
-	for i := range cms.Items {
-		cm := &cms.Items[i]
-		existing[cm.Name] = cm
-		if v, ok := annotationInt(cm, snapshot.AnnotationVersion); ok {
+	for i := range metas.Items {
+		m := &metas.Items[i]
+		existing[m.Name] = m
+		if v, ok := annotationInt(m, snapshot.AnnotationVersion); ok {
 			r.maxVersion = max(r.maxVersion, v)
-			if n, ok := annotationInt(cm, snapshot.AnnotationCount); ok && v > currentVersion {
+			if n, ok := annotationInt(m, snapshot.AnnotationCount); ok && v > currentVersion {
 				current, currentVersion = int(n), v
 			}
 		}
@@ -97,7 +113,7 @@ func (r *SnapshotReconciler) publish(ctx context.Context, rules []snapshot.Rule)
 
 	count := snapshot.ShardCount(len(rules), current)
 	for {
-		pub, writes, err := r.plan(rules, count, existing)
+		pub, writes, err := r.plan(ctx, rules, count, existing)
 		if errors.Is(err, snapshot.ErrTooLarge) {
 			if count >= snapshot.MaxShards {
 				return published{}, fmt.Errorf("%d rules do not fit in %d shards", len(rules), count)
@@ -111,12 +127,13 @@ func (r *SnapshotReconciler) publish(ctx context.Context, rules []snapshot.Rule)
 		if err := r.apply(ctx, writes, existing, count); err != nil {
 			return published{}, err
 		}
+		pub.writes = len(writes)
 		return pub, nil
 	}
 }
 
 // plan decides which shards to write for rules in count shards.
-func (r *SnapshotReconciler) plan(rules []snapshot.Rule, count int, existing map[string]*corev1.ConfigMap) (published, []*corev1.ConfigMap, error) {
+func (r *SnapshotReconciler) plan(ctx context.Context, rules []snapshot.Rule, count int, existing map[string]*metav1.PartialObjectMetadata) (published, []*corev1.ConfigMap, error) {
 	parts := snapshot.Partition(rules, count)
 	pub := published{count: count, versions: make([]int64, count)}
 	next := r.maxVersion + 1
@@ -124,8 +141,8 @@ func (r *SnapshotReconciler) plan(rules []snapshot.Rule, count int, existing map
 	for i, part := range parts {
 		sh := snapshot.NewShard(i, count, 0, part)
 		name := snapshot.ConfigMapName(r.opts.SnapshotName, i, count)
-		if cm, ok := existing[name]; ok && r.unchanged(cm, sh) {
-			pub.versions[i], _ = annotationInt(cm, snapshot.AnnotationVersion)
+		if m, ok := existing[name]; ok && r.unchanged(ctx, m, sh) {
+			pub.versions[i], _ = annotationInt(m, snapshot.AnnotationVersion)
 			continue
 		}
 		sh.Version = next
@@ -139,21 +156,25 @@ func (r *SnapshotReconciler) plan(rules []snapshot.Rule, count int, existing map
 	return pub, writes, nil
 }
 
-// unchanged reports whether cm already holds exactly the rules of sh. A shard
-// this process wrote is recognised by its resourceVersion; any other (after a
-// restart, or edited by hand) is decoded and compared, so a corrupted shard
-// is rewritten.
-func (r *SnapshotReconciler) unchanged(cm *corev1.ConfigMap, sh *snapshot.Shard) bool {
-	if cm.Annotations[snapshot.AnnotationChecksum] != sh.Checksum {
+// unchanged reports whether the ConfigMap described by m already holds
+// exactly the rules of sh. A shard this process wrote is recognised by its
+// resourceVersion; any other (after a restart, or edited by hand) is read and
+// decoded, so a corrupted shard is rewritten.
+func (r *SnapshotReconciler) unchanged(ctx context.Context, m *metav1.PartialObjectMetadata, sh *snapshot.Shard) bool {
+	if m.Annotations[snapshot.AnnotationChecksum] != sh.Checksum {
 		return false
 	}
 	r.writtenMu.Lock()
-	w, ok := r.written[cm.Name]
+	w, ok := r.written[m.Name]
 	r.writtenMu.Unlock()
-	if ok && w.resourceVersion == cm.ResourceVersion && w.checksum == sh.Checksum {
+	if ok && w.resourceVersion == m.ResourceVersion && w.checksum == sh.Checksum {
 		return true
 	}
-	got, err := snapshot.FromConfigMap(cm)
+	var cm corev1.ConfigMap
+	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(m), &cm); err != nil {
+		return false
+	}
+	got, err := snapshot.FromConfigMap(&cm)
 	if err != nil || got.Checksum != sh.Checksum {
 		return false
 	}
@@ -169,7 +190,7 @@ func (r *SnapshotReconciler) remember(name, resourceVersion, checksum string) {
 
 // apply performs the writes, then deletes every shard not in the layout of
 // count shards.
-func (r *SnapshotReconciler) apply(ctx context.Context, writes []*corev1.ConfigMap, existing map[string]*corev1.ConfigMap, count int) error {
+func (r *SnapshotReconciler) apply(ctx context.Context, writes []*corev1.ConfigMap, existing map[string]*metav1.PartialObjectMetadata, count int) error {
 	for _, cm := range writes {
 		op := "create"
 		if old, ok := existing[cm.Name]; ok {
@@ -190,11 +211,12 @@ func (r *SnapshotReconciler) apply(ctx context.Context, writes []*corev1.ConfigM
 	for i := 0; i < count; i++ {
 		keep[snapshot.ConfigMapName(r.opts.SnapshotName, i, count)] = true
 	}
-	for name, cm := range existing {
+	for name, m := range existing {
 		if keep[name] {
 			continue
 		}
-		if err := r.client.Delete(ctx, cm, client.Preconditions{UID: &cm.UID}); client.IgnoreNotFound(err) != nil {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.Namespace}}
+		if err := r.client.Delete(ctx, cm, client.Preconditions{UID: &m.UID}); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting stale ConfigMap %s: %w", name, err)
 		}
 		configMapWrites.WithLabelValues("delete").Inc()
@@ -273,7 +295,9 @@ func (r *SnapshotReconciler) setupWithManager(mgr ctrl.Manager) error {
 		// Status writes do not change generation; only spec changes, creates
 		// and deletes can change the snapshot.
 		Watches(&v1alpha1.RateLimitRule{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&corev1.ConfigMap{}, toKey, builder.WithPredicates(shardEvents)).
+		// Shards are watched by metadata only, so the cache does not hold
+		// every rule twice.
+		WatchesMetadata(&corev1.ConfigMap{}, toKey, builder.WithPredicates(shardEvents)).
 		Complete(r)
 }
 

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 
@@ -35,6 +36,7 @@ func NewSet(shards []*Shard) (*Set, error) {
 		if s.shards[sh.Index] != nil {
 			return nil, fmt.Errorf("shard %d given twice", sh.Index)
 		}
+		sh.index()
 		s.shards[sh.Index] = sh
 		s.rules += len(sh.Rules)
 		s.version = max(s.version, sh.Version)
@@ -105,3 +107,36 @@ func Partition(rules []Rule, count int) [][]Rule {
 	}
 	return out
 }
+
+// Select assembles the newest complete snapshot from decoded shards, which
+// may mix layouts while the controller changes the shard count: it groups
+// shards by count, keeps the groups that cover every index, and returns the
+// one with the highest version. It fails when no group is complete.
+func Select(shards []*Shard) (*Set, error) {
+	groups := map[int][]*Shard{}
+	for _, sh := range shards {
+		groups[sh.Count] = append(groups[sh.Count], sh)
+	}
+	var best *Set
+	var errs []error
+	for count, group := range groups {
+		set, err := NewSet(group)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%d-shard layout: %w", count, err))
+			continue
+		}
+		if best == nil || set.version > best.version || (set.version == best.version && set.Count() > best.Count()) {
+			best = set
+		}
+	}
+	if best == nil {
+		if len(errs) == 0 {
+			return nil, fmt.Errorf("no snapshot shards found")
+		}
+		return nil, fmt.Errorf("no complete snapshot: %w", errors.Join(errs...))
+	}
+	return best, nil
+}
+
+// Count is the number of shards.
+func (s *Set) Count() int { return len(s.shards) }

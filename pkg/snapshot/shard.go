@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"sort"
 	"strconv"
@@ -90,9 +89,13 @@ func ShardIndex(tenant string, count int) int {
 	if count <= 1 {
 		return 0
 	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(tenant))
-	return int(h.Sum32() % uint32(count))
+	// FNV-1a, inline so that the gateway's lookup does not allocate.
+	h := uint32(2166136261)
+	for i := 0; i < len(tenant); i++ {
+		h ^= uint32(tenant[i])
+		h *= 16777619
+	}
+	return int(h % uint32(count))
 }
 
 // ConfigMapName is the name of shard index of count in snapshot prefix.
@@ -105,7 +108,6 @@ func NewShard(index, count int, version int64, rules []Rule) *Shard {
 	sortRules(rules)
 	s := &Shard{Index: index, Count: count, Version: version, Rules: rules}
 	s.Checksum = checksum(rules)
-	s.index()
 	return s
 }
 
@@ -120,14 +122,23 @@ func sortRules(rules []Rule) {
 
 func checksum(rules []Rule) string {
 	h := sha256.New()
-	enc := json.NewEncoder(h)
+	buf := make([]byte, 0, 4096)
 	for i := range rules {
-		_ = enc.Encode(&rules[i])
+		buf = appendRule(buf, &rules[i])
+		if len(buf) > 3072 {
+			_, _ = h.Write(buf)
+			buf = buf[:0]
+		}
 	}
+	_, _ = h.Write(buf)
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
+// index builds the lookup map; NewSet calls it, so only readers pay for it.
 func (s *Shard) index() {
+	if s.byKey != nil {
+		return
+	}
 	s.byKey = make(map[ruleKey]*Rule, len(s.Rules))
 	for i := range s.Rules {
 		r := &s.Rules[i]
@@ -140,12 +151,23 @@ func (s *Shard) Get(tenant, route string) *Rule {
 	return s.byKey[ruleKey{tenant, route}]
 }
 
-// Encode compresses the shard for a ConfigMap.
+// Encode compresses the shard for a ConfigMap. The JSON is written by hand
+// (see appendRule): the controller encodes every changed shard on every pass,
+// and encoding/json's reflection was most of that time.
 func (s *Shard) Encode() ([]byte, error) {
+	raw := make([]byte, 0, 64+len(s.Rules)*72)
+	raw = fmt.Appendf(raw, `{"format":%d,"index":%d,"count":%d,"version":%d,"rules":[`, Format, s.Index, s.Count, s.Version)
+	for i := range s.Rules {
+		if i > 0 {
+			raw = append(raw, ',')
+		}
+		raw = appendRule(raw, &s.Rules[i])
+	}
+	raw = append(raw, "]}\n"...)
 	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if err := json.NewEncoder(zw).Encode(payload{Format: Format, Index: s.Index, Count: s.Count, Version: s.Version, Rules: s.Rules}); err != nil {
-		return nil, fmt.Errorf("encoding shard %d: %w", s.Index, err)
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	if _, err := zw.Write(raw); err != nil {
+		return nil, fmt.Errorf("compressing shard %d: %w", s.Index, err)
 	}
 	if err := zw.Close(); err != nil {
 		return nil, fmt.Errorf("compressing shard %d: %w", s.Index, err)
@@ -247,6 +269,9 @@ func FromConfigMap(cm *corev1.ConfigMap) (*Shard, error) {
 		return nil, fmt.Errorf("configmap %s/%s: %w", cm.Namespace, cm.Name, err)
 	}
 	var errs []error
+	if want := ConfigMapName(cm.Labels[LabelSnapshot], s.Index, s.Count); cm.Name != want {
+		errs = append(errs, fmt.Errorf("payload is shard %d of %d, which belongs in ConfigMap %q", s.Index, s.Count, want))
+	}
 	for key, want := range map[string]string{
 		AnnotationIndex:   strconv.Itoa(s.Index),
 		AnnotationCount:   strconv.Itoa(s.Count),

@@ -1,0 +1,150 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
+)
+
+// These specs send RateLimitRules to a real kube-apiserver (envtest) with the
+// generated CRD and check that the schema refuses bad ones with a message
+// that names the field, and accepts the edge cases that are valid.
+
+var (
+	testEnv *envtest.Environment
+	k8s     client.Client
+)
+
+func TestAPIValidation(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "RateLimitRule validation")
+}
+
+var _ = BeforeSuite(func() {
+	var err error
+	testEnv, err = envtestutil.NewEnvironment()
+	Expect(err).NotTo(HaveOccurred())
+	cfg, err := testEnv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	k8s, err = client.New(cfg, client.Options{})
+	Expect(err).NotTo(HaveOccurred())
+})
+
+var _ = AfterSuite(func() {
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
+})
+
+var seq atomic.Int64
+
+// valid is a rule the API server accepts; each row mutates a copy.
+func valid() *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(),
+		"kind":       "RateLimitRule",
+		"metadata":   map[string]any{"name": fmt.Sprintf("rule-%d", seq.Add(1)), "namespace": "default"},
+		"spec": map[string]any{
+			"tenant":          "shop-a",
+			"route":           "create-order",
+			"capacity":        int64(200),
+			"refillPerSecond": int64(100),
+		},
+	}}
+}
+
+func set(path string, v any) func(*unstructured.Unstructured) {
+	return func(u *unstructured.Unstructured) {
+		Expect(unstructured.SetNestedField(u.Object, v, strings.Split(path, ".")...)).To(Succeed())
+	}
+}
+
+func unset(path string) func(*unstructured.Unstructured) {
+	return func(u *unstructured.Unstructured) { unstructured.RemoveNestedField(u.Object, strings.Split(path, ".")...) }
+}
+
+func both(fs ...func(*unstructured.Unstructured)) func(*unstructured.Unstructured) {
+	return func(u *unstructured.Unstructured) {
+		for _, f := range fs {
+			f(u)
+		}
+	}
+}
+
+var slowRefill = both(unset("spec.refillPerSecond"), set("spec.refill", map[string]any{"tokens": int64(10), "period": "1m"}))
+
+var _ = Describe("RateLimitRule schema", func() {
+	DescribeTable("refuses invalid rules with a message naming the field",
+		func(mutate func(*unstructured.Unstructured), wantField, wantMsg string) {
+			u := valid()
+			mutate(u)
+			err := k8s.Create(context.Background(), u)
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(ContainSubstring(wantField))
+			Expect(err.Error()).To(ContainSubstring(wantMsg))
+		},
+		// Each entry: mutation, field named in the error, message fragment.
+		Entry("zero capacity", set("spec.capacity", int64(0)), "spec.capacity", "greater than or equal to 1"),
+		Entry("negative capacity", set("spec.capacity", int64(-5)), "spec.capacity", "greater than or equal to 1"),
+		Entry("capacity that would overflow", set("spec.capacity", int64(1)<<62), "spec.capacity", "less than or equal to 1000000000"),
+		Entry("capacity as a string", set("spec.capacity", "200"), "spec.capacity", "must be of type integer"),
+		Entry("zero rate", set("spec.refillPerSecond", int64(0)), "spec.refillPerSecond", "greater than or equal to 1"),
+		Entry("negative rate", set("spec.refillPerSecond", int64(-1)), "spec.refillPerSecond", "greater than or equal to 1"),
+		Entry("huge rate", set("spec.refillPerSecond", int64(1)<<40), "spec.refillPerSecond", "less than or equal to 1000000000"),
+		Entry("fractional rate", set("spec.refillPerSecond", 0.5), "spec.refillPerSecond", "must be of type integer"),
+		Entry("no rate", unset("spec.refillPerSecond"), "spec", "exactly one of spec.refillPerSecond and spec.refill must be set"),
+		Entry("both rates", set("spec.refill", map[string]any{"tokens": int64(1), "period": "1s"}), "spec", "exactly one of spec.refillPerSecond and spec.refill must be set"),
+		Entry("zero refill tokens", both(slowRefill, set("spec.refill.tokens", int64(0))), "spec.refill.tokens", "greater than or equal to 1"),
+		Entry("refill period too short", both(slowRefill, set("spec.refill.period", "0s")), "spec.refill.period", "must be between 1s and 168h"),
+		Entry("refill period too long", both(slowRefill, set("spec.refill.period", "169h")), "spec.refill.period", "must be between 1s and 168h"),
+		Entry("refill period in milliseconds", both(slowRefill, set("spec.refill.period", "1500ms")), "spec.refill.period", "should match"),
+		Entry("refill period not a duration", both(slowRefill, set("spec.refill.period", "daily")), "spec.refill.period", "should match"),
+		Entry("refill period missing", both(slowRefill, unset("spec.refill.period")), "spec.refill.period", "Required value"),
+		Entry("missing tenant", unset("spec.tenant"), "spec.tenant", "Required value"),
+		Entry("missing route", unset("spec.route"), "spec.route", "Required value"),
+		Entry("missing capacity", unset("spec.capacity"), "spec.capacity", "Required value"),
+		Entry("missing spec", unset("spec"), "spec", "Required value"),
+		Entry("empty tenant", set("spec.tenant", ""), "spec.tenant", "should be at least 1 chars long"),
+		Entry("overlong tenant", set("spec.tenant", strings.Repeat("a", 65)), "spec.tenant", "may not be more than 64"),
+		Entry("overlong route", set("spec.route", strings.Repeat("r", 65)), "spec.route", "may not be more than 64"),
+		Entry("hash tag brace in tenant", set("spec.tenant", "{shop}"), "spec.tenant", "should match"),
+		Entry("colon in tenant", set("spec.tenant", "shop:a"), "spec.tenant", "should match"),
+		Entry("colon in route", set("spec.route", "orders:create"), "spec.route", "should match"),
+		Entry("control character in tenant", set("spec.tenant", "shop\x01"), "spec.tenant", "should match"),
+		Entry("space in route", set("spec.route", "create order"), "spec.route", "should match"),
+		Entry("leading dot in tenant", set("spec.tenant", ".shop"), "spec.tenant", "should match"),
+		Entry("wildcard inside a name", set("spec.tenant", "shop-*"), "spec.tenant", "should match"),
+		Entry("unicode tenant", set("spec.tenant", "shöp"), "spec.tenant", "should match"),
+	)
+
+	DescribeTable("accepts valid edge cases",
+		func(mutate func(*unstructured.Unstructured)) {
+			u := valid()
+			mutate(u)
+			Expect(k8s.Create(context.Background(), u)).To(Succeed())
+		},
+		Entry("the example rule", func(*unstructured.Unstructured) {}),
+		Entry("wildcard tenant and route", both(set("spec.tenant", "*"), set("spec.route", "*"))),
+		Entry("64-character ids", both(set("spec.tenant", strings.Repeat("a", 64)), set("spec.route", "r"+strings.Repeat("-", 63)))),
+		Entry("one-character ids", both(set("spec.tenant", "a"), set("spec.route", "9"))),
+		Entry("dots, dashes and underscores", set("spec.tenant", "Shop_A.eu-1")),
+		Entry("capacity and rate at their maximum", both(set("spec.capacity", int64(1_000_000_000)), set("spec.refillPerSecond", int64(1_000_000_000)))),
+		Entry("capacity and rate of one", both(set("spec.capacity", int64(1)), set("spec.refillPerSecond", int64(1)))),
+		Entry("10 per minute", slowRefill),
+		Entry("1000 per hour", both(slowRefill, set("spec.refill", map[string]any{"tokens": int64(1000), "period": "1h"}))),
+		Entry("one per week", both(slowRefill, set("spec.refill", map[string]any{"tokens": int64(1), "period": "168h"}))),
+		Entry("compound period", both(slowRefill, set("spec.refill.period", "1h30m15s"))),
+		Entry("Go's own duration form", both(slowRefill, set("spec.refill.period", "1m0s"))),
+	)
+})

@@ -1,0 +1,478 @@
+// Package routes is the gateway's route table: the route file format, its
+// validation, request matching, and live reload of the file.
+//
+// A route file is YAML or JSON:
+//
+//	routes:
+//	  - id: create-order                 # required; see v1alpha1.ValidIdentifier
+//	    methods: [POST]                  # optional; empty means any method
+//	    path: /orders                    # exactly one of path (exact) ...
+//	    # pathPrefix: /api/              # ... or pathPrefix (segment-aware)
+//	    upstream: http://127.0.0.1:8081  # http or https; a base path is prepended
+//	    host: shop.example.com           # optional; case-insensitive, port ignored
+//	    stripPrefix: false               # optional, only with pathPrefix
+//	    timeout: 30s                     # optional response-header timeout, (0, 10m]
+//
+// Unknown fields, duplicate keys and duplicate ids are errors, and so is a file
+// without a top-level "routes" key, such as an empty file. An empty
+// list is valid and matches nothing.
+package routes
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+)
+
+// maxTimeout is the longest accepted route timeout.
+const maxTimeout = 10 * time.Minute
+
+// maxFileSize bounds what Load and the Watcher read. ConfigMaps are limited to
+// 1 MiB, so this only guards against pointing the gateway at the wrong file.
+const maxFileSize = 4 << 20
+
+// Route is one validated entry of a route file. Routes returned by a Table are
+// shared by all its readers and must not be modified.
+//
+// Route marshals to JSON (and, through sigs.k8s.io/yaml, to YAML) in the file
+// form, so a slice of routes can be written back out as a route file. Read
+// route files with Parse or Load, which validate; Route has no UnmarshalJSON.
+type Route struct {
+	// ID is the route id, unique within a table; it satisfies
+	// v1alpha1.ValidIdentifier.
+	ID string `json:"id"`
+	// Methods lists the accepted HTTP methods, upper-case and without
+	// duplicates; empty means any method. GET does not imply HEAD.
+	Methods []string `json:"methods,omitempty"`
+	// Path, when set, is the exact request path this route matches.
+	Path string `json:"path,omitempty"`
+	// PathPrefix, when set, is a segment-aware prefix: "/api" matches "/api"
+	// and "/api/x" but not "/apix", and "/" matches every path. It is stored
+	// without a trailing slash ("/api/" in the file becomes "/api"), except
+	// for "/" itself. Exactly one of Path and PathPrefix is set.
+	PathPrefix string `json:"pathPrefix,omitempty"`
+	// Upstream is the http or https URL requests are forwarded to. It has a
+	// host and no user info, query or fragment; its path, if any, is a base
+	// path prepended to the forwarded path (see UpstreamPath).
+	Upstream *url.URL `json:"upstream"`
+	// Host, when set, restricts the route to requests for this host. It is
+	// stored in lower case, without a port.
+	Host string `json:"host,omitempty"`
+	// StripPrefix removes PathPrefix from the request path before forwarding.
+	// It is only set together with PathPrefix.
+	StripPrefix bool `json:"stripPrefix,omitempty"`
+	// Timeout is the upstream response-header timeout; zero means the
+	// caller's default.
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// routeFile is the file form of a Route.
+type routeFile struct {
+	ID          string   `json:"id"`
+	Methods     []string `json:"methods,omitempty"`
+	Path        string   `json:"path,omitempty"`
+	PathPrefix  string   `json:"pathPrefix,omitempty"`
+	Upstream    string   `json:"upstream"`
+	Host        string   `json:"host,omitempty"`
+	StripPrefix bool     `json:"stripPrefix,omitempty"`
+	Timeout     string   `json:"timeout,omitempty"`
+}
+
+// MarshalJSON encodes r in the route file form: Upstream as a URL string and
+// Timeout as a Go duration string.
+func (r Route) MarshalJSON() ([]byte, error) {
+	f := routeFile{
+		ID:          r.ID,
+		Methods:     r.Methods,
+		Path:        r.Path,
+		PathPrefix:  r.PathPrefix,
+		Host:        r.Host,
+		StripPrefix: r.StripPrefix,
+	}
+	if r.Upstream != nil {
+		f.Upstream = r.Upstream.String()
+	}
+	if r.Timeout != 0 {
+		f.Timeout = r.Timeout.String()
+	}
+	return json.Marshal(f)
+}
+
+// UpstreamPath returns the path to forward upstream for reqPath, a request
+// path that matched r: with StripPrefix the matched prefix is removed
+// (leaving at least "/"), then the upstream URL's base path, if any, is
+// prepended. It works on unescaped paths, like the ones Match takes.
+func (r *Route) UpstreamPath(reqPath string) string {
+	rest := reqPath
+	if rest == "" {
+		rest = "/"
+	}
+	if r.StripPrefix && r.PathPrefix != "/" && strings.HasPrefix(rest, r.PathPrefix) {
+		rest = rest[len(r.PathPrefix):]
+		if rest == "" {
+			rest = "/"
+		}
+	}
+	base := ""
+	if r.Upstream != nil {
+		base = strings.TrimSuffix(r.Upstream.Path, "/")
+	}
+	return base + rest
+}
+
+// Load reads and parses the route file at path. Errors are prefixed with
+// the path.
+func Load(path string) (*Table, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	t, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
+// readFile reads at most maxFileSize bytes of path.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxFileSize)
+	}
+	return data, nil
+}
+
+// Parse parses and validates a route file (YAML or JSON). Every problem found
+// is reported, one per line, each naming the route and the field, e.g.
+//
+//	routes[2] (id "orders"): path: must start with "/"
+func Parse(data []byte) (*Table, error) {
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, fmt.Errorf("syntax: %w", err)
+	}
+	// Decode field by field rather than into a struct: encoding/json matches
+	// keys case-insensitively, and per-field decoding gives errors that name
+	// the route and the field.
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(js, &top); err != nil {
+		return nil, errors.New(`must be a mapping with a "routes" list`)
+	}
+	var errs []error
+	for _, k := range sortedKeys(top) {
+		if k != "routes" {
+			errs = append(errs, unknownField("", k, []string{"routes"}))
+		}
+	}
+	rawRoutes, ok := top["routes"]
+	if !ok {
+		errs = append(errs, errors.New(`routes: missing (use "routes: []" for an empty table)`))
+		return nil, errors.Join(errs...)
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(rawRoutes, &items); err != nil {
+		errs = append(errs, errors.New("routes: must be a list"))
+		return nil, errors.Join(errs...)
+	}
+
+	routes := make([]Route, 0, len(items))
+	seen := make(map[string]int, len(items))
+	for i, raw := range items {
+		r, rerrs := parseRoute(i, raw)
+		if len(rerrs) == 0 && r.ID != "" {
+			if j, dup := seen[r.ID]; dup {
+				rerrs = append(rerrs, fmt.Errorf("%s: id: duplicate of routes[%d]", label(i, r.ID), j))
+			} else {
+				seen[r.ID] = i
+			}
+		}
+		errs = append(errs, rerrs...)
+		routes = append(routes, r)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return newTable(routes), nil
+}
+
+// routeFields are the keys of a route, in the order they are checked.
+var routeFields = []string{"id", "methods", "path", "pathPrefix", "upstream", "host", "stripPrefix", "timeout"}
+
+// label names route i in error messages.
+func label(i int, id string) string {
+	if id == "" {
+		return fmt.Sprintf("routes[%d]", i)
+	}
+	return fmt.Sprintf("routes[%d] (id %q)", i, id)
+}
+
+// unknownField reports key k, hinting at a known field differing only in case.
+func unknownField(prefix, k string, known []string) error {
+	for _, f := range known {
+		if strings.EqualFold(f, k) {
+			return fmt.Errorf("%sunknown field %q (did you mean %q?)", prefix, k, f)
+		}
+	}
+	return fmt.Errorf("%sunknown field %q", prefix, k)
+}
+
+func sortedKeys(m map[string]json.RawMessage) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// parseRoute decodes and validates route i. It returns what it could decode
+// (the id at least, for duplicate detection) and every problem found.
+func parseRoute(i int, raw json.RawMessage) (Route, []error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+		return Route{}, []error{fmt.Errorf("routes[%d]: must be a mapping", i)}
+	}
+	var f routeFile
+	// The id is decoded first so that every other message can name it.
+	if v, ok := fields["id"]; ok {
+		_ = json.Unmarshal(v, &f.ID)
+	}
+	where := label(i, f.ID)
+	var errs []error
+	fail := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s: %s", where, field, fmt.Sprintf(format, args...)))
+	}
+
+	for _, k := range sortedKeys(fields) {
+		if !contains(routeFields, k) {
+			errs = append(errs, unknownField(where+": ", k, routeFields))
+		}
+	}
+	decode := func(key string, dst any, want string) {
+		if v, ok := fields[key]; ok {
+			if err := json.Unmarshal(v, dst); err != nil {
+				fail(key, "must be %s", want)
+			}
+		}
+	}
+	decode("id", &f.ID, "a string (quote ids that look like numbers)")
+	decode("methods", &f.Methods, "a list of strings")
+	decode("path", &f.Path, "a string")
+	decode("pathPrefix", &f.PathPrefix, "a string")
+	decode("upstream", &f.Upstream, "a string")
+	decode("host", &f.Host, "a string")
+	decode("stripPrefix", &f.StripPrefix, "a boolean")
+	decode("timeout", &f.Timeout, `a duration string such as "30s"`)
+	if len(errs) > 0 {
+		return Route{ID: f.ID}, errs
+	}
+
+	r := Route{ID: f.ID, StripPrefix: f.StripPrefix}
+
+	switch {
+	case f.ID == "":
+		fail("id", "required")
+	case !v1alpha1.ValidIdentifier(f.ID):
+		fail("id", "must be 1 to %d characters of [A-Za-z0-9._-], starting with a letter or digit", v1alpha1.MaxIdentifierLength)
+	}
+
+	for j, m := range f.Methods {
+		switch {
+		case !validMethod(m):
+			fail(fmt.Sprintf("methods[%d]", j), "%q is not an upper-case HTTP method token", m)
+		case contains(f.Methods[:j], m):
+			fail(fmt.Sprintf("methods[%d]", j), "duplicate %q", m)
+		}
+	}
+	if len(f.Methods) > 0 {
+		r.Methods = f.Methods
+	}
+
+	switch {
+	case f.Path != "" && f.PathPrefix != "":
+		fail("path", "set exactly one of path and pathPrefix, not both")
+	case f.Path == "" && f.PathPrefix == "":
+		fail("path", "set exactly one of path and pathPrefix")
+	case f.Path != "":
+		if msg := checkPath(f.Path); msg != "" {
+			fail("path", "%s", msg)
+		}
+		r.Path = f.Path
+	default:
+		if msg := checkPath(f.PathPrefix); msg != "" {
+			fail("pathPrefix", "%s", msg)
+		}
+		r.PathPrefix = f.PathPrefix
+		if len(r.PathPrefix) > 1 {
+			r.PathPrefix = strings.TrimSuffix(r.PathPrefix, "/")
+		}
+	}
+	if f.StripPrefix && f.PathPrefix == "" {
+		fail("stripPrefix", "only allowed with pathPrefix")
+	}
+
+	if f.Upstream == "" {
+		fail("upstream", "required")
+	} else if u, msg := parseUpstream(f.Upstream); msg != "" {
+		fail("upstream", "%s", msg)
+	} else {
+		r.Upstream = u
+	}
+
+	if f.Host != "" {
+		if h, msg := checkHost(f.Host); msg != "" {
+			fail("host", "%s", msg)
+		} else {
+			r.Host = h
+		}
+	}
+
+	if f.Timeout != "" {
+		d, err := time.ParseDuration(f.Timeout)
+		switch {
+		case err != nil:
+			fail("timeout", "invalid duration %q (want e.g. \"30s\")", f.Timeout)
+		case d <= 0:
+			fail("timeout", "must be greater than 0, got %q", f.Timeout)
+		case d > maxTimeout:
+			fail("timeout", "must be at most %s, got %q", maxTimeout, f.Timeout)
+		default:
+			r.Timeout = d
+		}
+	}
+	return r, errs
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// validMethod reports whether m is an HTTP token (RFC 9110) without
+// lower-case letters.
+func validMethod(m string) bool {
+	if m == "" {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		c := m[i]
+		switch {
+		case c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// checkPath validates a configured path or prefix and returns what is wrong
+// with it, or "".
+func checkPath(p string) string {
+	if !strings.HasPrefix(p, "/") {
+		return `must start with "/"`
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c < 0x20 || c == 0x7f {
+			return "must not contain NUL or control characters"
+		}
+	}
+	if strings.Contains(p, "..") {
+		return `must not contain ".."`
+	}
+	if strings.ContainsAny(p, "?#") {
+		return `must not contain "?" or "#" (routes match paths only)`
+	}
+	if !cleanPath(p) {
+		return `must not contain empty ("//") or "." segments`
+	}
+	return ""
+}
+
+// parseUpstream validates an upstream URL and returns what is wrong with it.
+func parseUpstream(s string) (*url.URL, string) {
+	u, err := url.Parse(s)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return nil, fmt.Sprintf("invalid URL %q: %v", s, err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Sprintf("scheme must be http or https, got %q in %q", u.Scheme, s)
+	case u.Opaque != "" || u.Host == "":
+		return nil, fmt.Sprintf("must include a host, as in \"http://127.0.0.1:8081\", got %q", s)
+	case u.Hostname() == "":
+		return nil, fmt.Sprintf("must include a host name, got %q", s)
+	case !validPort(u.Port()):
+		return nil, fmt.Sprintf("invalid port %q", u.Port())
+	case u.User != nil:
+		return nil, "must not include user info"
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(s, "#"):
+		return nil, "must not include a query or fragment"
+	}
+	return u, ""
+}
+
+// validPort reports whether p is empty or a port number from 1 to 65535.
+func validPort(p string) bool {
+	if p == "" {
+		return true
+	}
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 1 && n <= 65535
+}
+
+// checkHost validates a configured host and returns it in lower case.
+func checkHost(h string) (string, string) {
+	h = strings.ToLower(h)
+	if strings.HasPrefix(h, "[") {
+		a, err := netip.ParseAddr(strings.TrimSuffix(h[1:], "]"))
+		if !strings.HasSuffix(h, "]") || err != nil || !a.Is6() || a.Zone() != "" {
+			return "", fmt.Sprintf("%q is not a bracketed IPv6 address", h)
+		}
+		return "[" + a.String() + "]", ""
+	}
+	if len(h) > 253 {
+		return "", "longer than 253 characters"
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
+		case c == '.' && i > 0 && i < len(h)-1 && h[i-1] != '.':
+		case c == ':':
+			return "", fmt.Sprintf("%q must not include a port (the request port is ignored)", h)
+		default:
+			return "", fmt.Sprintf("%q is not a host name", h)
+		}
+	}
+	return h, ""
+}

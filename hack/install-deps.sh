@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what tollgate's tests and demo need from the machine's package
+# manager: redis-server and redis-cli (Debian packages). Does nothing when they
+# are already installed. Needs root or passwordless sudo to install.
+set -euo pipefail
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    sudo="sudo -n"
+  else
+    echo "install-deps: ${missing[*]} missing and this user cannot install packages; install them as root: apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-deps: ${missing[*]} missing and apt-get is not available; install Redis 7 with your package manager" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The package starts a system service on some machines; tests start their own
+# servers on free ports and do not need it.

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The one test command (README, `make test`, CI): installs what the tests
+# need on a fresh machine, checks formatting and vet, and runs every test with
+# the race detector against real redis-server processes and a real
+# kube-apiserver + etcd (envtest).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+step() { echo "== $* ($(( $(date +%s) - start ))s)"; }
+
+step "installing redis-server"
+bash hack/install-deps.sh
+
+step "providing envtest binaries (kube-apiserver, etcd, kubectl)"
+KUBEBUILDER_ASSETS=$(bash hack/envtest.sh)
+export KUBEBUILDER_ASSETS
+
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+step "go vet"
+go vet ./...
+
+step "go test -race"
+go test -race -count=1 -timeout 40m ./... "$@"
+
+step "done"

@@ -1,0 +1,56 @@
+package snapshot
+
+import (
+	"strconv"
+	"unicode/utf8"
+)
+
+// appendRule appends r as JSON, with the same field names and omitempty
+// behaviour as Rule's struct tags (decoding uses encoding/json).
+func appendRule(b []byte, r *Rule) []byte {
+	b = append(b, `{"t":`...)
+	b = appendString(b, r.Tenant)
+	b = append(b, `,"r":`...)
+	b = appendString(b, r.Route)
+	b = append(b, `,"c":`...)
+	b = strconv.AppendInt(b, r.Capacity, 10)
+	b = append(b, `,"n":`...)
+	b = strconv.AppendInt(b, r.RefillTokens, 10)
+	b = append(b, `,"p":`...)
+	b = strconv.AppendInt(b, r.RefillPeriodMs, 10)
+	if r.Source != "" {
+		b = append(b, `,"s":`...)
+		b = appendString(b, r.Source)
+	}
+	return append(b, '}')
+}
+
+// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, as
+// encoding/json does.
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c < 0x20:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
+}

@@ -1,0 +1,289 @@
+package snapshot
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func rule(tenant, route string, capacity int64) Rule {
+	return Rule{Tenant: tenant, Route: route, Capacity: capacity, RefillTokens: 10, RefillPeriodMs: 1000}
+}
+
+func buildSet(t *testing.T, count int, version int64, rules ...Rule) *Set {
+	t.Helper()
+	var shards []*Shard
+	for i, part := range Partition(rules, count) {
+		shards = append(shards, NewShard(i, count, version, part))
+	}
+	s, err := NewSet(shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestLookupPrecedence(t *testing.T) {
+	set := buildSet(t, 4, 1,
+		rule("shop-a", "create-order", 1),
+		rule("shop-a", "*", 2),
+		rule("*", "create-order", 3),
+		rule("*", "*", 4),
+		rule("shop-b", "list", 5),
+	)
+	cases := []struct {
+		tenant, route string
+		want          int64 // capacity of the expected rule; 0 = no rule
+	}{
+		{"shop-a", "create-order", 1}, // exact
+		{"shop-a", "list", 2},         // tenant + *
+		{"shop-c", "create-order", 3}, // * + route
+		{"shop-c", "list", 4},         // * + *
+		{"shop-b", "list", 5},         // exact in another shard
+		{"shop-b", "create-order", 3}, // * + route beats * + *
+	}
+	for _, c := range cases {
+		got := set.Lookup(c.tenant, c.route)
+		if got == nil || got.Capacity != c.want {
+			t.Errorf("Lookup(%s, %s) = %+v, want capacity %d", c.tenant, c.route, got, c.want)
+		}
+	}
+	if r := buildSet(t, 2, 1, rule("x", "y", 1)).Lookup("a", "b"); r != nil {
+		t.Errorf("no default rule: got %+v, want nil", r)
+	}
+}
+
+func TestRoundTripThroughConfigMap(t *testing.T) {
+	rules := make([]Rule, 0, 3000)
+	for i := range 3000 {
+		rules = append(rules, rule(fmt.Sprintf("tenant-%d", i), "route", int64(i+1)))
+	}
+	count := ShardCount(len(rules), 0)
+	var decoded []*Shard
+	for i, part := range Partition(rules, count) {
+		sh := NewShard(i, count, 7, part)
+		cm, err := sh.ConfigMap("ns", "tollgate-rules")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cm.Name != ConfigMapName("tollgate-rules", i, count) || cm.Labels[LabelSnapshot] != "tollgate-rules" {
+			t.Fatalf("unexpected name/labels %s %v", cm.Name, cm.Labels)
+		}
+		back, err := FromConfigMap(cm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back.Checksum != sh.Checksum || len(back.Rules) != len(sh.Rules) || back.Version != 7 {
+			t.Fatalf("shard %d changed in the round trip", i)
+		}
+		decoded = append(decoded, back)
+	}
+	set, err := Select(decoded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set.Len() != len(rules) || set.Version() != 7 {
+		t.Fatalf("Len %d Version %d", set.Len(), set.Version())
+	}
+	if r := set.Lookup("tenant-1234", "route"); r == nil || r.Capacity != 1235 {
+		t.Fatalf("lookup after round trip: %+v", r)
+	}
+}
+
+func TestShardCount(t *testing.T) {
+	cases := []struct {
+		rules, current, want int
+	}{
+		{0, 0, 1},
+		{1, 0, 1},
+		{TargetRulesPerShard, 0, 1},
+		{TargetRulesPerShard + 1, 0, 2},
+		{20_000, 0, 8},
+		{100_000, 0, 32},
+		{100, 8, 1},       // far too many shards: shrink
+		{9_000, 4, 4},     // still fits: keep
+		{9_000, 8, 8},     // within hysteresis: keep
+		{17_000, 4, 8},    // grew past the target: grow
+		{100_000, 64, 64}, // keep while under four times the need
+	}
+	for _, c := range cases {
+		if got := ShardCount(c.rules, c.current); got != c.want {
+			t.Errorf("ShardCount(%d, %d) = %d, want %d", c.rules, c.current, got, c.want)
+		}
+	}
+}
+
+func TestSelectPicksNewestCompleteLayout(t *testing.T) {
+	rules := []Rule{rule("a", "r", 1), rule("b", "r", 2), rule("c", "r", 3)}
+	old := Partition(rules, 2)
+	next := Partition(rules, 4)
+	var shards []*Shard
+	for i, p := range old {
+		shards = append(shards, NewShard(i, 2, 5, p))
+	}
+	// The new layout is only partly written: the old one must be used.
+	shards = append(shards, NewShard(0, 4, 6, next[0]))
+	set, err := Select(shards)
+	if err != nil || set.Count() != 2 {
+		t.Fatalf("partial new layout: got %v, %v; want the 2-shard layout", set, err)
+	}
+	for i := 1; i < 4; i++ {
+		shards = append(shards, NewShard(i, 4, 6, next[i]))
+	}
+	set, err = Select(shards)
+	if err != nil || set.Count() != 4 || set.Version() != 6 {
+		t.Fatalf("complete new layout: got %v, %v; want the 4-shard layout", set, err)
+	}
+	if _, err := Select(shards[2:3]); err == nil {
+		t.Fatal("an incomplete layout alone must be an error")
+	}
+}
+
+func gz(s string) []byte {
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	_, _ = w.Write([]byte(s))
+	_ = w.Close()
+	return b.Bytes()
+}
+
+func TestDecodeRejectsMalformed(t *testing.T) {
+	cases := []struct {
+		name string
+		data []byte
+		want string // substring of the error
+	}{
+		{"not gzip", []byte("hello"), "not gzip"},
+		{"not json", gz("{"), "decoding shard JSON"},
+		{"unknown field", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[],"x":1}`), "unknown field"},
+		{"wrong format", gz(`{"format":2,"index":0,"count":1,"version":1,"rules":[]}`), "format 2"},
+		{"count not power of two", gz(`{"format":1,"index":0,"count":3,"version":1,"rules":[]}`), "power of two"},
+		{"index out of range", gz(`{"format":1,"index":4,"count":4,"version":1,"rules":[]}`), "out of range"},
+		{"negative version", gz(`{"format":1,"index":0,"count":1,"version":-1,"rules":[]}`), "negative"},
+		{"bad tenant", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a:b","r":"x","c":1,"n":1,"p":1000}]}`), "tenant"},
+		{"zero capacity", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":0,"n":1,"p":1000}]}`), "capacity"},
+		{"short period", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":10}]}`), "period"},
+		{"duplicate", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000},{"t":"a","r":"x","c":2,"n":1,"p":1000}]}`), "duplicate"},
+		{"wrong shard", gz(fmt.Sprintf(`{"format":1,"index":%d,"count":2,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000}]}`, 1-ShardIndex("a", 2))), "belongs in shard"},
+		{"zip bomb", gz(`{"format":1,"rules":"` + strings.Repeat("a", maxDecodedBytes) + `"}`), "more than"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Decode(c.data)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Decode error = %v, want it to contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestFromConfigMapChecksAnnotations(t *testing.T) {
+	sh := NewShard(0, 1, 3, []Rule{rule("a", "b", 1)})
+	mutate := map[string]func(m map[string]string){
+		"version":  func(m map[string]string) { m[AnnotationVersion] = "4" },
+		"count":    func(m map[string]string) { m[AnnotationCount] = "2" },
+		"checksum": func(m map[string]string) { m[AnnotationChecksum] = "deadbeef" },
+	}
+	for name, f := range mutate {
+		cm, err := sh.ConfigMap("ns", "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(cm.Annotations)
+		if _, err := FromConfigMap(cm); err == nil {
+			t.Errorf("%s annotation mismatch accepted", name)
+		}
+	}
+	cm, _ := sh.ConfigMap("ns", "p")
+	cm.Name = "p-0-of-2"
+	if _, err := FromConfigMap(cm); err == nil {
+		t.Error("name that disagrees with the payload accepted")
+	}
+	delete(cm.BinaryData, DataKey)
+	if _, err := FromConfigMap(cm); err == nil {
+		t.Error("missing data accepted")
+	}
+}
+
+func TestConfigMapTooLarge(t *testing.T) {
+	// Random-looking tenants compress badly; enough of them overflow a shard.
+	var rules []Rule
+	for i := range 40_000 {
+		rules = append(rules, rule(fmt.Sprintf("t%x", uint64(i)*0x9E3779B97F4A7C15), fmt.Sprintf("r%x", uint64(i)*0xBF58476D1CE4E5B9), int64(i+1)))
+	}
+	_, err := NewShard(0, 1, 1, rules).ConfigMap("ns", "p")
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("want ErrTooLarge, got %v", err)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	good, _ := NewShard(0, 1, 1, []Rule{rule("a", "b", 1), rule("*", "*", 2)}).Encode()
+	f.Add(good)
+	f.Add(gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[]}`))
+	f.Add([]byte{0x1f, 0x8b})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sh, err := Decode(data)
+		if err != nil {
+			return
+		}
+		// Whatever decodes is valid and round-trips.
+		for i := range sh.Rules {
+			if err := sh.Rules[i].Validate(); err != nil {
+				t.Fatalf("decoded an invalid rule: %v", err)
+			}
+		}
+		again, err := sh.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := Decode(again)
+		if err != nil || back.Checksum != sh.Checksum {
+			t.Fatalf("re-encoded shard does not decode the same: %v", err)
+		}
+	})
+}
+
+func BenchmarkLookup(b *testing.B) {
+	var rules []Rule
+	for i := range 100_000 {
+		rules = append(rules, rule(fmt.Sprintf("tenant-%d", i), "route", 10))
+	}
+	rules = append(rules, rule("*", "*", 5))
+	count := ShardCount(len(rules), 0)
+	var shards []*Shard
+	for i, p := range Partition(rules, count) {
+		shards = append(shards, NewShard(i, count, 1, p))
+	}
+	set, _ := NewSet(shards)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if set.Lookup("tenant-4242", "other") == nil {
+			b.Fatal("no rule")
+		}
+	}
+}
+
+// The hand-written encoder must agree with encoding/json for any rule.
+func FuzzAppendRule(f *testing.F) {
+	f.Add("shop-a", "create-order", int64(200), int64(100), int64(1000), "ns/name")
+	f.Add("a\"b\\c\x00\x7f\xff", "é\u2028", int64(-1), int64(0), int64(1<<62), "")
+	f.Fuzz(func(t *testing.T, tenant, route string, c, n, p int64, src string) {
+		r := Rule{Tenant: tenant, Route: route, Capacity: c, RefillTokens: n, RefillPeriodMs: p, Source: src}
+		var back Rule
+		if err := json.Unmarshal(appendRule(nil, &r), &back); err != nil {
+			t.Fatalf("invalid JSON for %+v: %v", r, err)
+		}
+		want, _ := json.Marshal(r)
+		var viaStd Rule
+		_ = json.Unmarshal(want, &viaStd)
+		if back != viaStd {
+			t.Fatalf("appendRule decodes to %+v, encoding/json to %+v", back, viaStd)
+		}
+	})
+}
