@@ -49,7 +49,48 @@ type RateLimitRuleSpec struct {
 	// period. Set exactly one of refillPerSecond and refill.
 	// +optional
 	Refill *Refill `json:"refill,omitempty"`
+
+	// mode is Enforce (the default: requests over the limit get 429) or
+	// Shadow (a dry run: nothing is rejected, but responses and metrics show
+	// what would have been, so a new limit can be tried on live traffic).
+	// +kubebuilder:validation:Enum=Enforce;Shadow
+	// +kubebuilder:default=Enforce
+	// +optional
+	Mode Mode `json:"mode,omitempty"`
+
+	// failureMode says what the gateway does when Redis cannot decide (down,
+	// slow, failing over): LocalFallback (the default) limits on each gateway
+	// with capacity/N and rate/N, N being the number of live gateway
+	// replicas, so the cluster-wide limit roughly holds; FailOpen admits
+	// everything; FailClosed rejects everything with 503.
+	// +kubebuilder:validation:Enum=LocalFallback;FailOpen;FailClosed
+	// +kubebuilder:default=LocalFallback
+	// +optional
+	FailureMode FailureMode `json:"failureMode,omitempty"`
 }
+
+// Mode is Enforce or Shadow.
+type Mode string
+
+const (
+	// ModeEnforce rejects requests over the limit.
+	ModeEnforce Mode = "Enforce"
+	// ModeShadow only reports requests over the limit.
+	ModeShadow Mode = "Shadow"
+)
+
+// FailureMode is what a gateway does when Redis cannot decide.
+type FailureMode string
+
+const (
+	// FailureLocalFallback limits locally with the rule divided by the
+	// number of live gateway replicas.
+	FailureLocalFallback FailureMode = "LocalFallback"
+	// FailureOpen admits every request.
+	FailureOpen FailureMode = "FailOpen"
+	// FailureClosed rejects every request with 503.
+	FailureClosed FailureMode = "FailClosed"
+)
 
 // Refill is a refill rate written as a number of tokens per period.
 type Refill struct {
@@ -107,6 +148,7 @@ type RateLimitRuleStatus struct {
 // +kubebuilder:printcolumn:name="Capacity",type=integer,JSONPath=`.spec.capacity`
 // +kubebuilder:printcolumn:name="Rate",type=string,JSONPath=`.status.rate`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Mode",type=string,priority=1,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Reason",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Version",type=integer,priority=1,JSONPath=`.status.publishedVersion`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

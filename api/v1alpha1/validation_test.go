@@ -71,7 +71,9 @@ func set(path string, v any) func(*unstructured.Unstructured) {
 }
 
 func unset(path string) func(*unstructured.Unstructured) {
-	return func(u *unstructured.Unstructured) { unstructured.RemoveNestedField(u.Object, strings.Split(path, ".")...) }
+	return func(u *unstructured.Unstructured) {
+		unstructured.RemoveNestedField(u.Object, strings.Split(path, ".")...)
+	}
 }
 
 func both(fs ...func(*unstructured.Unstructured)) func(*unstructured.Unstructured) {

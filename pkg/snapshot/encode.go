@@ -18,6 +18,13 @@ func appendRule(b []byte, r *Rule) []byte {
 	b = strconv.AppendInt(b, r.RefillTokens, 10)
 	b = append(b, `,"p":`...)
 	b = strconv.AppendInt(b, r.RefillPeriodMs, 10)
+	if r.Shadow {
+		b = append(b, `,"sh":true`...)
+	}
+	if r.FailureMode != 0 {
+		b = append(b, `,"f":`...)
+		b = strconv.AppendUint(b, uint64(r.FailureMode), 10)
+	}
 	if r.Source != "" {
 		b = append(b, `,"s":`...)
 		b = appendString(b, r.Source)

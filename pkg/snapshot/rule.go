@@ -20,9 +20,37 @@ type Rule struct {
 	RefillTokens int64 `json:"n"`
 	// RefillPeriodMs is the refill period in milliseconds.
 	RefillPeriodMs int64 `json:"p"`
+	// Shadow rules never reject; they only report what they would reject.
+	Shadow bool `json:"sh,omitempty"`
+	// FailureMode is what to do when Redis cannot decide.
+	FailureMode FailureMode `json:"f,omitempty"`
 	// Source names the RateLimitRule this was compiled from ("namespace/name");
 	// empty for built-in rules.
 	Source string `json:"s,omitempty"`
+}
+
+// FailureMode is the compiled spec.failureMode.
+type FailureMode uint8
+
+const (
+	// LocalFallback limits locally with the rule divided by the replica count.
+	LocalFallback FailureMode = iota
+	// FailOpen admits every request.
+	FailOpen
+	// FailClosed rejects every request.
+	FailClosed
+)
+
+func (f FailureMode) String() string {
+	switch f {
+	case LocalFallback:
+		return "LocalFallback"
+	case FailOpen:
+		return "FailOpen"
+	case FailClosed:
+		return "FailClosed"
+	}
+	return fmt.Sprintf("FailureMode(%d)", uint8(f))
 }
 
 // Limits on compiled values; they match the CRD schema.
@@ -47,6 +75,8 @@ func (r *Rule) Validate() error {
 		return fmt.Errorf("rule %s/%s: refill tokens %d out of range [1, %d]", r.Tenant, r.Route, r.RefillTokens, MaxRefillTokens)
 	case r.RefillPeriodMs < MinPeriodMs || r.RefillPeriodMs > MaxPeriodMs:
 		return fmt.Errorf("rule %s/%s: refill period %dms out of range [%d, %d]", r.Tenant, r.Route, r.RefillPeriodMs, MinPeriodMs, MaxPeriodMs)
+	case r.FailureMode > FailClosed:
+		return fmt.Errorf("rule %s/%s: unknown failure mode %d", r.Tenant, r.Route, r.FailureMode)
 	}
 	return nil
 }
@@ -74,6 +104,22 @@ func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 		RefillTokens:   tokens,
 		RefillPeriodMs: period.Milliseconds(),
 		Source:         source,
+	}
+	switch spec.Mode {
+	case "", v1alpha1.ModeEnforce:
+	case v1alpha1.ModeShadow:
+		r.Shadow = true
+	default:
+		return Rule{}, fmt.Errorf("%s: spec.mode %q: want Enforce or Shadow", source, spec.Mode)
+	}
+	switch spec.FailureMode {
+	case "", v1alpha1.FailureLocalFallback:
+	case v1alpha1.FailureOpen:
+		r.FailureMode = FailOpen
+	case v1alpha1.FailureClosed:
+		r.FailureMode = FailClosed
+	default:
+		return Rule{}, fmt.Errorf("%s: spec.failureMode %q: want LocalFallback, FailOpen or FailClosed", source, spec.FailureMode)
 	}
 	if err := r.Validate(); err != nil {
 		return Rule{}, fmt.Errorf("%s: %w", source, err)

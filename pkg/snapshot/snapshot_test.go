@@ -271,10 +271,10 @@ func BenchmarkLookup(b *testing.B) {
 
 // The hand-written encoder must agree with encoding/json for any rule.
 func FuzzAppendRule(f *testing.F) {
-	f.Add("shop-a", "create-order", int64(200), int64(100), int64(1000), "ns/name")
-	f.Add("a\"b\\c\x00\x7f\xff", "é\u2028", int64(-1), int64(0), int64(1<<62), "")
-	f.Fuzz(func(t *testing.T, tenant, route string, c, n, p int64, src string) {
-		r := Rule{Tenant: tenant, Route: route, Capacity: c, RefillTokens: n, RefillPeriodMs: p, Source: src}
+	f.Add("shop-a", "create-order", int64(200), int64(100), int64(1000), false, uint8(0), "ns/name")
+	f.Add("a\"b\\c\x00\x7f\xff", "é\u2028", int64(-1), int64(0), int64(1<<62), true, uint8(2), "")
+	f.Fuzz(func(t *testing.T, tenant, route string, c, n, p int64, shadow bool, fm uint8, src string) {
+		r := Rule{Tenant: tenant, Route: route, Capacity: c, RefillTokens: n, RefillPeriodMs: p, Shadow: shadow, FailureMode: FailureMode(fm), Source: src}
 		var back Rule
 		if err := json.Unmarshal(appendRule(nil, &r), &back); err != nil {
 			t.Fatalf("invalid JSON for %+v: %v", r, err)

@@ -1,0 +1,95 @@
+// Package limiter makes rate limit decisions: the Redis token bucket shared by
+// every gateway replica, and (see fallback.go) the local buckets used when
+// Redis cannot answer.
+package limiter
+
+import (
+	"context"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
+)
+
+// Bucket names one token bucket and its limits.
+type Bucket struct {
+	// Key is the Redis key, from Key.
+	Key string
+	// Capacity is the bucket size.
+	Capacity int64
+	// RefillTokens tokens are added every RefillPeriodMs milliseconds.
+	RefillTokens   int64
+	RefillPeriodMs int64
+}
+
+// Key is the Redis key of the bucket of tenant on route: rl:{tenant}:route.
+// The braces are a Redis Cluster hash tag, so all buckets of one tenant share
+// a slot. tenant and route must be valid ids (v1alpha1.ValidIdentifier): they
+// contain no '{', '}' or ':', which makes the key unambiguous.
+func Key(tenant, route string) string {
+	return "rl:{" + tenant + "}:" + route
+}
+
+// BucketFor is the bucket of tenant on route under rule.
+func BucketFor(tenant, route string, rule *snapshot.Rule) Bucket {
+	return Bucket{
+		Key:            Key(tenant, route),
+		Capacity:       rule.Capacity,
+		RefillTokens:   rule.RefillTokens,
+		RefillPeriodMs: rule.RefillPeriodMs,
+	}
+}
+
+// Source says who made a decision.
+type Source uint8
+
+const (
+	// SourceRedis: the shared bucket in Redis.
+	SourceRedis Source = iota
+	// SourceLocal: this instance's local bucket, while Redis cannot answer.
+	SourceLocal
+	// SourceFailOpen: Redis could not answer and the rule fails open.
+	SourceFailOpen
+	// SourceFailClosed: Redis could not answer and the rule fails closed.
+	SourceFailClosed
+)
+
+func (s Source) String() string {
+	switch s {
+	case SourceRedis:
+		return "redis"
+	case SourceLocal:
+		return "local"
+	case SourceFailOpen:
+		return "fail-open"
+	case SourceFailClosed:
+		return "fail-closed"
+	}
+	return "unknown"
+}
+
+// Decision is the answer for one request.
+type Decision struct {
+	// Allowed is true when the request may pass.
+	Allowed bool
+	// Limit is the bucket's capacity.
+	Limit int64
+	// Remaining is the number of whole tokens left after this request.
+	Remaining int64
+	// RetryAfter is, for a rejected request, the time until the bucket holds
+	// enough tokens for it; 0 when allowed. Negative when it never will (the
+	// cost exceeds the capacity).
+	RetryAfter time.Duration
+	// ResetAfter is the time until the bucket is full again.
+	ResetAfter time.Duration
+	// Source says who decided.
+	Source Source
+}
+
+// Limiter decides whether requests may pass.
+type Limiter interface {
+	// Allow takes cost tokens from bucket b when it holds at least that many.
+	// The gateway calls it once per request, from many goroutines at once.
+	// An error means no decision could be made (Redis unreachable, timed
+	// out); the caller then applies the rule's failure mode.
+	Allow(ctx context.Context, b Bucket, cost int64) (Decision, error)
+}

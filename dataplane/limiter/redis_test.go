@@ -1,0 +1,263 @@
+package limiter
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
+)
+
+// redisTime reads the server's clock, the one the script uses.
+func redisTime(t *testing.T, c redis.Cmdable) time.Time {
+	t.Helper()
+	now, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+// hammer sends n concurrent requests for one token each through limiters
+// (round robin) and returns how many were allowed. Every error fails the test.
+func hammer(t *testing.T, limiters []Limiter, b Bucket, n int) int64 {
+	t.Helper()
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			d, err := limiters[i%len(limiters)].Allow(context.Background(), b, 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if d.Allowed {
+				allowed.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return allowed.Load()
+}
+
+func TestConcurrentRequestsAdmitExactlyCapacity(t *testing.T) {
+	srv := redistest.Start(t)
+	// One token per hour: nothing refills during the test.
+	b := Bucket{Key: Key("shop-a", "create-order"), Capacity: 37, RefillTokens: 1, RefillPeriodMs: 3600_000}
+	for _, instances := range []int{1, 4} {
+		t.Run(strconv.Itoa(instances)+" instances", func(t *testing.T) {
+			if err := srv.Client(t).Del(context.Background(), b.Key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			var ls []Limiter
+			for range instances {
+				ls = append(ls, NewRedis(srv.Client(t)))
+			}
+			if got := hammer(t, ls, b, 1000); got != b.Capacity {
+				t.Fatalf("1000 concurrent requests through %d instances admitted %d, want exactly %d", instances, got, b.Capacity)
+			}
+		})
+	}
+}
+
+func TestRefillOverRealTime(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	l := NewRedis(c)
+	const capacity, perSecond = 5, 40
+	b := Bucket{Key: Key("t", "refill"), Capacity: capacity, RefillTokens: perSecond, RefillPeriodMs: 1000}
+
+	// Take tokens as fast as one client can for about a second. Every token
+	// that appears is taken almost at once, so the admitted count must be
+	// capacity + rate x elapsed, where elapsed is bracketed by Redis's clock.
+	before := redisTime(t, c)
+	var allowed int64
+	var first, last time.Time
+	for time.Since(before) < 1200*time.Millisecond {
+		d, err := l.Allow(context.Background(), b, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first.IsZero() {
+			first = redisTime(t, c)
+		}
+		if d.Allowed {
+			allowed++
+		}
+	}
+	last = redisTime(t, c)
+	after := last
+	lo := float64(capacity) + perSecond*last.Sub(first).Seconds() - perSecond*0.01 - 1 // ms clock granularity
+	hi := float64(capacity) + perSecond*after.Sub(before).Seconds() + 1
+	if float64(allowed) < lo || float64(allowed) > hi {
+		t.Fatalf("admitted %d over %v, want within one token of capacity + rate x elapsed: [%.1f, %.1f]",
+			allowed, after.Sub(before), lo, hi)
+	}
+}
+
+func TestTTLAndIdleBucketComesBackFull(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	l := NewRedis(c)
+	ctx := context.Background()
+
+	// Full refill takes 100 s: the TTL is twice that.
+	slow := Bucket{Key: Key("t", "slow"), Capacity: 100, RefillTokens: 1, RefillPeriodMs: 1000}
+	if _, err := l.Allow(ctx, slow, 1); err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := c.PTTL(ctx, slow.Key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl <= 190*time.Second || ttl > 200*time.Second {
+		t.Fatalf("PTTL = %v, want about twice the full refill time (200s)", ttl)
+	}
+
+	// A fast bucket expires after the one-second minimum and comes back full.
+	fast := Bucket{Key: Key("t", "fast"), Capacity: 3, RefillTokens: 1, RefillPeriodMs: 100_000}
+	for range 3 {
+		if d, err := l.Allow(ctx, fast, 1); err != nil || !d.Allowed {
+			t.Fatalf("draining: %+v, %v", d, err)
+		}
+	}
+	d, err := l.Allow(ctx, fast, 1)
+	if err != nil || d.Allowed {
+		t.Fatalf("empty bucket allowed a request: %+v, %v", d, err)
+	}
+	// Expire it by hand, as Redis would after the TTL (which here is 600 s:
+	// the point is that a missing key means a full bucket).
+	if err := c.Del(ctx, fast.Key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, err = l.Allow(ctx, fast, 1)
+	if err != nil || !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("after expiry: %+v, %v; want allowed with 2 remaining", d, err)
+	}
+
+	// And a real expiry: a tiny bucket's key is gone after its TTL.
+	tiny := Bucket{Key: Key("t", "tiny"), Capacity: 1, RefillTokens: 10, RefillPeriodMs: 1000}
+	if _, err := l.Allow(ctx, tiny, 1); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Exists(ctx, tiny.Key).Val() == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("an idle bucket never expired")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestRetryAfterIsTheRealWait(t *testing.T) {
+	srv := redistest.Start(t)
+	l := NewRedis(srv.Client(t))
+	ctx := context.Background()
+	// One token every 1.5 s.
+	b := Bucket{Key: Key("t", "retry"), Capacity: 1, RefillTokens: 2, RefillPeriodMs: 3000}
+	if d, err := l.Allow(ctx, b, 1); err != nil || !d.Allowed {
+		t.Fatalf("first request: %+v, %v", d, err)
+	}
+	d, err := l.Allow(ctx, b, 1)
+	if err != nil || d.Allowed {
+		t.Fatalf("second request: %+v, %v; want rejected", d, err)
+	}
+	if d.RetryAfter <= 1000*time.Millisecond || d.RetryAfter > 1500*time.Millisecond {
+		t.Fatalf("RetryAfter = %v, want just under 1.5s", d.RetryAfter)
+	}
+	if d.Remaining != 0 || d.Limit != 1 {
+		t.Fatalf("Remaining %d Limit %d", d.Remaining, d.Limit)
+	}
+	time.Sleep(d.RetryAfter)
+	if d, err := l.Allow(ctx, b, 1); err != nil || !d.Allowed {
+		t.Fatalf("after waiting RetryAfter: %+v, %v; want allowed", d, err)
+	}
+}
+
+func TestCostAboveCapacityNeverPasses(t *testing.T) {
+	srv := redistest.Start(t)
+	l := NewRedis(srv.Client(t))
+	b := Bucket{Key: Key("t", "big"), Capacity: 5, RefillTokens: 5, RefillPeriodMs: 1000}
+	d, err := l.Allow(context.Background(), b, 6)
+	if err != nil || d.Allowed || d.RetryAfter >= 0 {
+		t.Fatalf("%+v, %v; want rejected with a negative RetryAfter", d, err)
+	}
+}
+
+func TestTakeGrantsBatches(t *testing.T) {
+	srv := redistest.Start(t)
+	l := NewRedis(srv.Client(t))
+	ctx := context.Background()
+	b := Bucket{Key: Key("t", "batch"), Capacity: 10, RefillTokens: 1, RefillPeriodMs: 3600_000}
+	cases := []struct {
+		cost, want    int64
+		granted, left int64
+	}{
+		{1, 4, 4, 6},  // a batch of 4
+		{1, 10, 6, 0}, // the rest, fewer than wanted
+		{1, 1, 0, 0},  // nothing left
+	}
+	for _, c := range cases {
+		r, err := l.Take(ctx, b, c.cost, c.want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Granted != c.granted || r.Remaining != c.left {
+			t.Fatalf("Take(%d, %d) = %+v, want granted %d remaining %d", c.cost, c.want, r, c.granted, c.left)
+		}
+	}
+}
+
+func TestScriptFlushMidRunRecovers(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	l := NewRedis(c)
+	b := Bucket{Key: Key("t", "flush"), Capacity: 300, RefillTokens: 1, RefillPeriodMs: 3600_000}
+	stop := make(chan struct{})
+	var flushes atomic.Int64
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := c.ScriptFlush(context.Background()).Err(); err == nil {
+				flushes.Add(1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	got := hammer(t, []Limiter{l, NewRedis(srv.Client(t))}, b, 1000)
+	close(stop)
+	if got != b.Capacity {
+		t.Fatalf("admitted %d with SCRIPT FLUSH running, want exactly %d", got, b.Capacity)
+	}
+	if flushes.Load() == 0 {
+		t.Fatal("no SCRIPT FLUSH happened during the run")
+	}
+}
+
+func FuzzKeyIsUnambiguous(f *testing.F) {
+	f.Add("a", "b:c", "a:b", "c")
+	f.Add("shop-a", "x", "shop", "a-x")
+	f.Fuzz(func(t *testing.T, t1, r1, t2, r2 string) {
+		valid := func(s string) bool { return validID(s) }
+		if !valid(t1) || !valid(r1) || !valid(t2) || !valid(r2) {
+			return
+		}
+		if (Key(t1, r1) == Key(t2, r2)) != (t1 == t2 && r1 == r2) {
+			t.Fatalf("Key(%q,%q)=%q and Key(%q,%q)=%q", t1, r1, Key(t1, r1), t2, r2, Key(t2, r2))
+		}
+	})
+}

@@ -1,0 +1,63 @@
+-- tollgate token bucket: refill, take, store, in one atomic call.
+--
+-- KEYS[1]  the bucket's key, rl:{<tenant>}:<route>
+-- ARGV[1]  capacity         bucket size, tokens (integer >= 1)
+-- ARGV[2]  refill tokens    tokens added per refill period (integer >= 1)
+-- ARGV[3]  refill period    milliseconds (integer >= 1)
+-- ARGV[4]  cost             tokens this call needs at least (integer >= 1)
+-- ARGV[5]  want             tokens to take at most when available (>= cost);
+--                           equal to cost for one plain request, larger when
+--                           a gateway takes a batch for several requests
+--
+-- Returns {granted, remaining, wait_ms, reset_ms}:
+--   granted    tokens taken: 0 (rejected), or between cost and want
+--   remaining  tokens left after the call, floored
+--   wait_ms    when rejected, milliseconds until cost tokens exist (-1 if
+--              cost exceeds capacity and never will); 0 when granted
+--   reset_ms   milliseconds until the bucket is full again
+--
+-- The clock is Redis's own (TIME), never the caller's: gateways' clocks drift.
+-- Redis 7 replicates scripts by their effects, so reading TIME is safe.
+-- State is a hash {tokens, ts}; tokens may be fractional. Every write sets an
+-- expiry of twice the time a full refill takes (at least one second), so an
+-- idle bucket disappears and comes back full.
+
+local capacity = tonumber(ARGV[1])
+local per_ms = tonumber(ARGV[2]) / tonumber(ARGV[3])
+local cost = tonumber(ARGV[4])
+local want = tonumber(ARGV[5])
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(state[1])
+local ts = tonumber(state[2])
+if tokens == nil or ts == nil then
+  tokens = capacity
+  ts = now
+end
+
+-- A clock that went backwards (failover to a replica) refills nothing.
+local elapsed = now - ts
+if elapsed < 0 then
+  elapsed = 0
+end
+tokens = math.min(capacity, tokens + elapsed * per_ms)
+
+local granted = 0
+local wait = 0
+if tokens >= cost then
+  granted = math.min(want, math.floor(tokens))
+  tokens = tokens - granted
+  redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
+  redis.call('PEXPIRE', KEYS[1], math.max(1000, 2 * math.ceil(capacity / per_ms)))
+elseif cost > capacity then
+  wait = -1
+else
+  -- Nothing is written on rejection: the stored state, refilled from its
+  -- own ts, gives the same tokens at any later time.
+  wait = math.ceil((cost - tokens) / per_ms)
+end
+
+return {granted, math.floor(tokens), wait, math.ceil((capacity - tokens) / per_ms)}

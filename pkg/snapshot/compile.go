@@ -1,0 +1,92 @@
+package snapshot
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+)
+
+// ReasonInvalid marks a rule that cannot be compiled. The API server's schema
+// refuses such specs, so in a cluster this only happens for objects stored
+// before a schema change; rule files read by a standalone gateway are not
+// checked by any API server.
+const ReasonInvalid = "Invalid"
+
+// Verdict is what compiling decided about one RateLimitRule.
+type Verdict struct {
+	// Accepted is true for the rule in force for its tenant+route.
+	Accepted bool
+	// Reason (v1alpha1.ReasonConflict or ReasonInvalid) and Message explain
+	// a rule that is not accepted.
+	Reason  string
+	Message string
+	// Rate is the refill rate in short form ("100/s"), for status.rate.
+	Rate string
+	// Rule is the compiled rule; set when Accepted.
+	Rule *Rule
+}
+
+// Compile turns RateLimitRules into snapshot rules, one per tenant+route.
+// Where several rules name the same tenant+route, the oldest wins (creation
+// time, then namespace/name, so the outcome is deterministic) and the others
+// lose with reason Conflict, like a UNIQUE constraint that shows its losers.
+// verdicts[i] is the verdict on items[i]; rules holds the winners.
+func Compile(items []v1alpha1.RateLimitRule) (rules []Rule, verdicts []Verdict) {
+	order := make([]int, len(items))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(i, j int) bool {
+		a, b := &items[order[i]], &items[order[j]]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.Name < b.Name
+	})
+
+	verdicts = make([]Verdict, len(items))
+	rules = make([]Rule, 0, len(items))
+	type pair struct{ tenant, route string }
+	winners := make(map[pair]string, len(items))
+	for _, i := range order {
+		obj := &items[i]
+		source := obj.Namespace + "/" + obj.Name
+		rule, err := FromSpec(&obj.Spec, source)
+		if err != nil {
+			verdicts[i] = Verdict{Reason: ReasonInvalid, Message: err.Error()}
+			continue
+		}
+		v := Verdict{Rate: v1alpha1.FormatRate(rule.RefillTokens, rule.Period())}
+		key := pair{rule.Tenant, rule.Route}
+		if winner, taken := winners[key]; taken {
+			v.Reason = v1alpha1.ReasonConflict
+			v.Message = fmt.Sprintf("tenant %q route %q is already limited by the older RateLimitRule %s", rule.Tenant, rule.Route, winner)
+			verdicts[i] = v
+			continue
+		}
+		winners[key] = source
+		// rules has capacity for every item, so this append never moves it
+		// and the pointer stays valid.
+		rules = append(rules, rule)
+		v.Accepted, v.Rule = true, &rules[len(rules)-1]
+		verdicts[i] = v
+	}
+	return rules, verdicts
+}
+
+// Build partitions rules into a Set of the right shard count, all shards at
+// version. It is what a reader of rule files uses; the controller writes
+// shards to ConfigMaps instead.
+func Build(rules []Rule, version int64) *Set {
+	count := ShardCount(len(rules), 0)
+	shards := make([]*Shard, count)
+	for i, part := range Partition(rules, count) {
+		shards[i] = NewShard(i, count, version, part)
+	}
+	set, _ := NewSet(shards) // complete by construction
+	return set
+}
