@@ -19,6 +19,8 @@ type Bucket struct {
 	// RefillTokens tokens are added every RefillPeriodMs milliseconds.
 	RefillTokens   int64
 	RefillPeriodMs int64
+	// FailureMode is what Failover does when Redis cannot decide.
+	FailureMode snapshot.FailureMode
 }
 
 // Key is the Redis key of the bucket of tenant on route: rl:{tenant}:route.
@@ -36,6 +38,7 @@ func BucketFor(tenant, route string, rule *snapshot.Rule) Bucket {
 		Capacity:       rule.Capacity,
 		RefillTokens:   rule.RefillTokens,
 		RefillPeriodMs: rule.RefillPeriodMs,
+		FailureMode:    rule.FailureMode,
 	}
 }
 

@@ -38,10 +38,11 @@ func newRoot() *cobra.Command {
 		Long: `tollgate limits requests per tenant (X-Api-Key) and route with token buckets
 shared by every gateway replica through Redis.
 
+  tollgate gateway      proxy HTTP to upstreams and enforce the limits (data plane)
   tollgate controller   compile RateLimitRules into the rule snapshot (runs in Kubernetes)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newControllerCommand())
+	root.AddCommand(newGatewayCommand(), newControllerCommand())
 	return root
 }

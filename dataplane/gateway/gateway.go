@@ -1,0 +1,360 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/tollgate-dev/tollgate/dataplane/identity"
+	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/dataplane/membership"
+	"github.com/tollgate-dev/tollgate/dataplane/metrics"
+	"github.com/tollgate-dev/tollgate/dataplane/proxy"
+	"github.com/tollgate-dev/tollgate/dataplane/routes"
+	"github.com/tollgate-dev/tollgate/dataplane/rules"
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
+)
+
+// Gateway is one data-plane instance.
+type Gateway struct {
+	opts     Options
+	log      logr.Logger
+	registry *prometheus.Registry
+	metrics  *metrics.Gateway
+
+	routes   *routes.Watcher
+	store    *rules.Store
+	keys     *identity.MappedWatcher
+	files    *rules.FileSource
+	cms      *rules.ConfigMapSource
+	kube     kubernetes.Interface
+	members  membership.Counter
+	redis    redis.UniversalClient
+	failover *limiter.Failover
+	handler  *proxy.Handler
+
+	proxyLn, adminLn net.Listener
+	listening        atomic.Bool
+	stopping         atomic.Bool
+}
+
+// New builds a gateway: it loads the route, rule and key files (failing on
+// invalid ones), connects the Kubernetes client in cluster mode, builds the
+// limiter chain and binds the listeners. Run serves.
+func New(opts Options, log logr.Logger) (*Gateway, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	g := &Gateway{opts: opts, log: log, registry: prometheus.NewRegistry()}
+	g.metrics = metrics.NewGateway(g.registry)
+	if err := g.loadFiles(); err != nil {
+		return nil, err
+	}
+	if err := g.connectKubernetes(); err != nil {
+		return nil, err
+	}
+	lim, err := g.buildLimiter()
+	if err != nil {
+		return nil, err
+	}
+	var resolver identity.Resolver = identity.Direct{}
+	if g.keys != nil {
+		resolver = g.keys
+	}
+	g.handler = proxy.New(proxy.Options{
+		Routes: g.routes.Current, Rules: g.store, Identity: resolver, Limiter: lim,
+		Metrics: g.metrics, IETFHeaders: opts.IETFHeaders, Logger: log.WithName("proxy"),
+	})
+	if g.proxyLn, err = net.Listen("tcp", opts.Listen); err != nil {
+		return nil, fmt.Errorf("--listen: %w", err)
+	}
+	if opts.AdminListen != "" {
+		if g.adminLn, err = net.Listen("tcp", opts.AdminListen); err != nil {
+			g.proxyLn.Close()
+			return nil, fmt.Errorf("--admin-listen: %w", err)
+		}
+	}
+	return g, nil
+}
+
+// loadFiles loads routes, API keys and (standalone) rules.
+func (g *Gateway) loadFiles() error {
+	reloadErr := func(source string) func(error) {
+		return func(err error) {
+			g.metrics.ReloadErrors.WithLabelValues(source).Inc()
+			g.log.Error(err, "reload refused; the last good version stays in use", "source", source)
+		}
+	}
+	var err error
+	g.routes, err = routes.NewWatcher(g.opts.RoutesFile, routes.WatcherOptions{
+		Interval: g.opts.ReloadInterval,
+		OnReload: func(t *routes.Table) { g.log.Info("routes reloaded", "routes", t.Len()) },
+		OnError:  reloadErr("routes"),
+	})
+	if err != nil {
+		return fmt.Errorf("--routes: %w", err)
+	}
+	if g.opts.APIKeysFile != "" {
+		g.keys, err = identity.NewMappedWatcher(g.opts.APIKeysFile, identity.WatcherOptions{
+			Interval: g.opts.ReloadInterval,
+			OnReload: func(n int) { g.log.Info("API keys reloaded", "keys", n) },
+			OnError:  reloadErr("api-keys"),
+		})
+		if err != nil {
+			return fmt.Errorf("--api-keys-file: %w", err)
+		}
+	}
+	g.store = rules.NewStore(g.opts.defaultRule())
+	if g.opts.RulesPath != "" {
+		g.files, err = rules.NewFileSource(g.opts.RulesPath, g.store, rules.FileOptions{
+			Interval:  g.opts.ReloadInterval,
+			OnReload:  g.rulesLoaded,
+			OnWarning: func(msg string) { g.log.Info("rules warning", "warning", msg) },
+			OnError:   reloadErr("rules"),
+		})
+		if err != nil {
+			return fmt.Errorf("--rules: %w", err)
+		}
+	}
+	return nil
+}
+
+// rulesLoaded logs and records a new snapshot.
+func (g *Gateway) rulesLoaded(set *snapshot.Set) {
+	g.metrics.SnapshotVersion.Set(float64(set.Version()))
+	g.metrics.Rules.Set(float64(set.Len()))
+	g.metrics.SnapshotLoaded.Set(float64(time.Now().Unix()))
+	g.log.Info("rule snapshot loaded", "version", set.Version(), "rules", set.Len(), "shards", set.Count())
+}
+
+// connectKubernetes sets up the snapshot source and replica counting in
+// cluster mode; standalone mode uses --replicas.
+func (g *Gateway) connectKubernetes() error {
+	if g.opts.RulesPath != "" {
+		g.members = membership.Static(g.opts.Replicas)
+		return nil
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = g.opts.Kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("no --rules given, so rules come from Kubernetes, but no cluster is reachable: %w", err)
+	}
+	cfg.UserAgent = "tollgate-gateway"
+	if g.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	g.cms = newConfigMapSource(g)
+	identity := g.opts.PodName
+	if identity == "" {
+		identity, _ = os.Hostname()
+	}
+	m, err := membership.New(g.kube, membership.Options{
+		Namespace: g.opts.SnapshotNamespace, Group: g.opts.MembershipGroup, Identity: identity,
+		LeaseDuration: g.opts.LeaseDuration, RenewInterval: g.opts.LeaseDuration / 3,
+		Clock: g.opts.Clock, Logger: g.log.WithName("membership"),
+		OnChange: func(n int) {
+			g.metrics.Replicas.Set(float64(n))
+			g.log.Info("gateway replica count changed", "replicas", n)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	g.members = m
+	return nil
+}
+
+func newConfigMapSource(g *Gateway) *rules.ConfigMapSource {
+	return rules.NewConfigMapSource(g.kube, g.store, rules.ConfigMapOptions{
+		Namespace: g.opts.SnapshotNamespace, SnapshotName: g.opts.SnapshotName,
+		OnReload: g.rulesLoaded,
+		OnError: func(err error) {
+			g.metrics.ReloadErrors.WithLabelValues("rules").Inc()
+			g.log.Error(err, "rule snapshot problem; the last good rules stay in use")
+		},
+	})
+}
+
+// buildLimiter assembles Redis → breaker → local fallback, or local only.
+func (g *Gateway) buildLimiter() (limiter.Limiter, error) {
+	local := limiter.NewLocal(limiter.LocalOptions{Replicas: g.members.Replicas, Clock: g.opts.Clock})
+	g.metrics.Replicas.Set(float64(g.members.Replicas()))
+	if g.opts.Limiter == LimiterLocal {
+		return local, nil
+	}
+	client, err := g.opts.Redis.NewClient()
+	if err != nil {
+		return nil, err
+	}
+	g.redis = client
+	fallbackLog := g.log.WithName("fallback")
+	g.failover = limiter.NewFailover(limiter.NewRedis(client), local, limiter.FailoverOptions{
+		Timeout: g.opts.RedisTimeout, FailuresToOpen: g.opts.BreakerFailure, OpenFor: g.opts.BreakerOpenFor,
+		ObservePrimary: g.metrics.ObserveRedis,
+		OnStateChange: func(from, to string) {
+			g.metrics.SetBreaker(from, to)
+			switch to {
+			case "open":
+				fallbackLog.Info("Redis is failing: circuit breaker open, decisions follow each rule's failure mode", "replicas", g.members.Replicas())
+			case "closed":
+				fallbackLog.Info("Redis answers again: circuit breaker closed, decisions back on Redis")
+			}
+		},
+	})
+	return g.failover, nil
+}
+
+// Addr is the proxy's listening address.
+func (g *Gateway) Addr() string { return g.proxyLn.Addr().String() }
+
+// AdminAddr is the admin listener's address ("" when disabled).
+func (g *Gateway) AdminAddr() string {
+	if g.adminLn == nil {
+		return ""
+	}
+	return g.adminLn.Addr().String()
+}
+
+// Ready reports whether the gateway serves with a loaded rule snapshot.
+func (g *Gateway) Ready() bool {
+	return g.listening.Load() && !g.stopping.Load() && g.store.Loaded()
+}
+
+// Replicas is the replica count the fallback uses.
+func (g *Gateway) Replicas() int { return g.members.Replicas() }
+
+// BreakerState is the Redis circuit breaker's state ("" with --limiter=local).
+func (g *Gateway) BreakerState() string {
+	if g.failover == nil {
+		return ""
+	}
+	return g.failover.State()
+}
+
+// Rules is the live rule store.
+func (g *Gateway) Rules() *rules.Store { return g.store }
+
+// Registry is the gateway's metrics registry.
+func (g *Gateway) Registry() *prometheus.Registry { return g.registry }
+
+// Run serves until ctx ends, then drains in-flight requests for up to
+// ShutdownGrace and releases everything.
+func (g *Gateway) Run(ctx context.Context) error {
+	bg, cancelBG := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	goRun := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(bg) }()
+	}
+	defer func() {
+		cancelBG()
+		wg.Wait()
+		g.handler.Close()
+		if g.redis != nil {
+			_ = g.redis.Close()
+		}
+	}()
+	goRun(g.routes.Run)
+	if g.keys != nil {
+		goRun(g.keys.Run)
+	}
+	if g.files != nil {
+		goRun(g.files.Run)
+	}
+	if g.cms != nil {
+		goRun(func(ctx context.Context) {
+			if err := g.cms.Run(ctx); err != nil && ctx.Err() == nil {
+				g.log.Error(err, "rule snapshot source stopped")
+			}
+		})
+	}
+	if m, ok := g.members.(*membership.Membership); ok {
+		goRun(func(ctx context.Context) {
+			if err := m.Run(ctx); err != nil && ctx.Err() == nil {
+				g.log.Error(err, "replica counting stopped")
+			}
+		})
+	}
+
+	srv := &http.Server{
+		Handler:           g.handler,
+		ReadHeaderTimeout: g.opts.ReadHeaderTimout,
+		IdleTimeout:       g.opts.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          nil,
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(g.proxyLn) }()
+	var admin *http.Server
+	if g.adminLn != nil {
+		admin = &http.Server{Handler: g.adminMux(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- admin.Serve(g.adminLn) }()
+	}
+	g.listening.Store(true)
+	g.log.Info("gateway serving", "listen", g.Addr(), "admin", g.AdminAddr(), "limiter", g.opts.Limiter,
+		"redis", g.opts.Redis.String(), "replicas", g.members.Replicas())
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		err = fmt.Errorf("server stopped: %w", err)
+	}
+	// Not ready from now on, so a load balancer stops sending new requests
+	// while in-flight ones finish.
+	g.stopping.Store(true)
+	g.log.Info("shutting down", "grace", g.opts.ShutdownGrace)
+	sctx, cancel := context.WithTimeout(context.Background(), g.opts.ShutdownGrace)
+	defer cancel()
+	if serr := srv.Shutdown(sctx); serr != nil {
+		g.log.Error(serr, "in-flight requests cut off at the end of the grace period")
+		_ = srv.Close()
+	}
+	if admin != nil {
+		_ = admin.Close()
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// adminMux serves metrics, probes and, opted in, pprof.
+func (g *Gateway) adminMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !g.Ready() {
+			http.Error(w, "not ready: no rule snapshot loaded yet, or shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	if g.opts.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}

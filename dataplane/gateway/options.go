@@ -1,0 +1,141 @@
+// Package gateway assembles the data plane: the HTTP proxy, the rule and
+// route sources, the limiter chain (Redis, breaker, local fallback), replica
+// counting, metrics and probes. "tollgate gateway" is a thin wrapper around it,
+// and tests start real gateways in-process with it.
+package gateway
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/tollgate-dev/tollgate/dataplane/redisconf"
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
+)
+
+// Limiter backends of Options.Limiter.
+const (
+	LimiterRedis = "redis"
+	LimiterLocal = "local"
+)
+
+// Options configure a gateway. AddFlags documents every field's flag.
+type Options struct {
+	Listen      string
+	AdminListen string
+	Pprof       bool
+
+	RoutesFile  string
+	RulesPath   string
+	APIKeysFile string
+	IETFHeaders bool
+
+	DefaultCapacity        int64
+	DefaultRefillPerSecond int64
+
+	Limiter        string
+	Redis          redisconf.Options
+	RedisTimeout   time.Duration
+	BreakerFailure uint32
+	BreakerOpenFor time.Duration
+
+	Kubeconfig        string
+	SnapshotNamespace string
+	SnapshotName      string
+
+	Replicas         int
+	MembershipGroup  string
+	PodName          string
+	LeaseDuration    time.Duration
+	ReloadInterval   time.Duration
+	ShutdownGrace    time.Duration
+	ReadHeaderTimout time.Duration
+	IdleTimeout      time.Duration
+
+	// Clock is the gateway's clock for local decisions; tests skew it.
+	// Default time.Now. Not a flag.
+	Clock func() time.Time
+}
+
+// AddFlags registers the options as flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Listen, "listen", ":8080", "Address of the proxy (client traffic).")
+	fs.StringVar(&o.AdminListen, "admin-listen", ":9090", "Address of /metrics, /healthz and /readyz; \"\" disables it.")
+	fs.BoolVar(&o.Pprof, "pprof", false, "Serve /debug/pprof/ on the admin address.")
+
+	fs.StringVar(&o.RoutesFile, "routes", "", "Route file (YAML): id, methods, path or pathPrefix, upstream per route. Reloaded on change. Required.")
+	fs.StringVar(&o.RulesPath, "rules", "",
+		"Standalone mode: a RateLimitRule manifest file or directory (the YAML users kubectl apply), reloaded on change. "+
+			"Without it the gateway reads the controller's snapshot ConfigMaps from Kubernetes.")
+	fs.StringVar(&o.APIKeysFile, "api-keys-file", "",
+		"Map API keys to tenant ids (YAML: keys: [{tenant, sha256 | key}]), reloaded on change; unknown keys get 401. "+
+			"Default: the X-Api-Key value is the tenant id.")
+	fs.BoolVar(&o.IETFHeaders, "ietf-headers", false, "Also send the IETF RateLimit and RateLimit-Policy headers.")
+
+	fs.Int64Var(&o.DefaultCapacity, "default-capacity", 20, "Burst of the built-in rule used when no RateLimitRule matches.")
+	fs.Int64Var(&o.DefaultRefillPerSecond, "default-refill-per-second", 10, "Rate of the built-in rule used when no RateLimitRule matches.")
+
+	fs.StringVar(&o.Limiter, "limiter", LimiterRedis,
+		"Decision backend: redis (shared buckets, local fallback on failure) or local (in-process buckets only, sized 1/--replicas; for trying tollgate without Redis).")
+	o.Redis.AddFlags(fs)
+	fs.DurationVar(&o.RedisTimeout, "redis-timeout", 5*time.Millisecond,
+		"Deadline of one Redis decision; slower answers count as failures and the request is decided by the rule's failure mode.")
+	fs.Uint32Var(&o.BreakerFailure, "breaker-failures", 5, "Consecutive Redis failures that open the circuit breaker (no request waits for Redis while it is open).")
+	fs.DurationVar(&o.BreakerOpenFor, "breaker-open-for", 500*time.Millisecond, "How long the breaker stays open before one background probe tries Redis again.")
+
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Kubeconfig file. Default: in-cluster credentials, else $KUBECONFIG or ~/.kube/config.")
+	fs.StringVar(&o.SnapshotNamespace, "snapshot-namespace", podNamespace(), "Namespace of the controller's rule snapshot ConfigMaps (and of the replica Leases).")
+	fs.StringVar(&o.SnapshotName, "snapshot-name", "tollgate-rules", "Snapshot name: the ConfigMaps labelled ratelimit.tollgate.dev/snapshot=<name> are read.")
+
+	fs.IntVar(&o.Replicas, "replicas", 1, "Standalone mode: the number of gateway replicas N sharing the limits (the fallback enforces 1/N). In Kubernetes N is counted live from Leases.")
+	fs.StringVar(&o.MembershipGroup, "membership-group", "tollgate-gateway", "Name shared by the gateway replicas that count each other through Leases.")
+	fs.StringVar(&o.PodName, "pod-name", os.Getenv("POD_NAME"), "This replica's name in its Lease. Default: $POD_NAME, else the host name.")
+	fs.DurationVar(&o.LeaseDuration, "lease-duration", 6*time.Second, "A replica whose Lease is not renewed for this long stops counting.")
+	fs.DurationVar(&o.ReloadInterval, "reload-interval", time.Second, "How often the routes, rules and API key files are checked for changes.")
+	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 15*time.Second, "On SIGTERM, time given to in-flight requests before the gateway exits.")
+	fs.DurationVar(&o.ReadHeaderTimout, "read-header-timeout", 10*time.Second, "Time a client has to send request headers.")
+	fs.DurationVar(&o.IdleTimeout, "idle-timeout", 120*time.Second, "How long an idle client keep-alive connection stays open.")
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	switch {
+	case o.RoutesFile == "":
+		return fmt.Errorf("--routes is required")
+	case o.DefaultCapacity < 1 || o.DefaultCapacity > snapshot.MaxCapacity:
+		return fmt.Errorf("--default-capacity must be in [1, %d]", snapshot.MaxCapacity)
+	case o.DefaultRefillPerSecond < 1 || o.DefaultRefillPerSecond > snapshot.MaxRefillTokens:
+		return fmt.Errorf("--default-refill-per-second must be in [1, %d]", snapshot.MaxRefillTokens)
+	case o.Limiter != LimiterRedis && o.Limiter != LimiterLocal:
+		return fmt.Errorf("--limiter %q: want redis or local", o.Limiter)
+	case o.RedisTimeout <= 0:
+		return fmt.Errorf("--redis-timeout must be positive")
+	case o.Replicas < 1:
+		return fmt.Errorf("--replicas must be at least 1")
+	case o.LeaseDuration < time.Second:
+		return fmt.Errorf("--lease-duration must be at least 1s")
+	case o.ReloadInterval <= 0 || o.ShutdownGrace < 0:
+		return fmt.Errorf("--reload-interval must be positive and --shutdown-grace not negative")
+	}
+	if o.Limiter == LimiterRedis {
+		return o.Redis.Validate()
+	}
+	return nil
+}
+
+// defaultRule is the built-in rule.
+func (o *Options) defaultRule() snapshot.Rule {
+	return snapshot.Rule{
+		Tenant: "*", Route: "*", Capacity: o.DefaultCapacity,
+		RefillTokens: o.DefaultRefillPerSecond, RefillPeriodMs: 1000, Source: "built-in default",
+	}
+}
+
+func podNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "tollgate-system"
+}

@@ -1,0 +1,248 @@
+package identity
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+)
+
+// maxFileSize bounds what LoadMapped and the MappedWatcher read. Secrets are
+// limited to 1 MiB, so this only guards against pointing at the wrong file.
+const maxFileSize = 4 << 20
+
+// Mapped is a Resolver that maps API keys to tenant ids, read from a key file
+// (YAML or JSON), typically mounted from a Secret:
+//
+//	keys:
+//	  - tenant: shop-a      # required; see v1alpha1.ValidIdentifier
+//	    sha256: 9f86d0...   # hex SHA-256 of the key (64 digits, any case) ...
+//	  - tenant: shop-b
+//	    key: s3cr3t-key     # ... or the raw key (1-512 printable ASCII)
+//
+// Prefer sha256: then the file holds no usable secret. Each entry has exactly
+// one of sha256 and key; a tenant may have several entries (key rotation), but
+// a key may appear only once. Unknown fields are errors, and so is a file
+// without a top-level "keys" list; "keys: []" is valid and knows no key.
+//
+// Only SHA-256 digests are kept in memory, and the key never reaches Redis:
+// the tenant id does. A Mapped is immutable and safe for concurrent use; a nil
+// *Mapped knows no key.
+type Mapped struct {
+	tenants map[[sha256.Size]byte]string
+}
+
+// Tenant returns the tenant of key, or ErrUnknownKey. It costs one SHA-256 of
+// the key and one map lookup, and does not allocate for keys accepted by APIKey.
+func (m *Mapped) Tenant(key string) (string, error) {
+	if m == nil {
+		return "", ErrUnknownKey
+	}
+	// Hash a stack copy: []byte(key) would allocate for keys over 32 bytes.
+	var buf [MaxKeyLength]byte
+	var sum [sha256.Size]byte
+	if len(key) <= len(buf) {
+		sum = sha256.Sum256(buf[:copy(buf[:], key)])
+	} else {
+		sum = sha256.Sum256([]byte(key))
+	}
+	if t, ok := m.tenants[sum]; ok {
+		return t, nil
+	}
+	return "", ErrUnknownKey
+}
+
+// Len is the number of keys.
+func (m *Mapped) Len() int {
+	if m == nil {
+		return 0
+	}
+	return len(m.tenants)
+}
+
+// LoadMapped reads and parses the key file at path; see ParseMapped.
+func LoadMapped(path string) (*Mapped, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	m, err := ParseMapped(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return m, nil
+}
+
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxFileSize)
+	}
+	return data, nil
+}
+
+// entryFields are the fields of a key file entry.
+var entryFields = []string{"tenant", "sha256", "key"}
+
+// ParseMapped parses and validates a key file (see Mapped). Every problem is
+// reported, one per line, naming the entry and the field, e.g.
+//
+//	keys[2]: sha256: must be 64 hex digits
+//
+// Errors never quote the file: not keys, digests, tenants or unknown field
+// names (a key pasted as a field name would leak), and YAML syntax errors are
+// reduced to their line number when the parser's message could quote content.
+func ParseMapped(data []byte) (*Mapped, error) {
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, syntaxError(err)
+	}
+	// Decode field by field rather than into a struct: encoding/json matches
+	// names case-insensitively, and this gives errors naming entry and field.
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(js, &top); err != nil || top == nil {
+		return nil, errors.New(`must be a mapping with a "keys" list`)
+	}
+	var errs []error
+	raw, ok := top["keys"]
+	if len(top) > 1 || (len(top) == 1 && !ok) {
+		errs = append(errs, errors.New(`unknown top-level field (the only field is "keys")`))
+	}
+	if !ok {
+		return nil, errors.Join(append(errs, errors.New(`keys: missing (use "keys: []" for no keys)`))...)
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, errors.Join(append(errs, errors.New("keys: must be a list"))...)
+	}
+
+	m := &Mapped{tenants: make(map[[sha256.Size]byte]string, len(items))}
+	seen := make(map[[sha256.Size]byte]int, len(items))
+	for i, item := range items {
+		tenant, sum, field, eerrs := parseEntry(i, item)
+		if len(eerrs) == 0 {
+			if j, dup := seen[sum]; dup {
+				eerrs = append(eerrs, fmt.Errorf("keys[%d]: %s: same key as keys[%d]", i, field, j))
+			} else {
+				seen[sum] = i
+				m.tenants[sum] = tenant
+			}
+		}
+		errs = append(errs, eerrs...)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return m, nil
+}
+
+// parseEntry validates entry i. It returns the tenant, the digest of the key,
+// the field the key came from, and every problem found.
+func parseEntry(i int, raw json.RawMessage) (tenant string, sum [sha256.Size]byte, field string, errs []error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+		return "", sum, "", []error{fmt.Errorf("keys[%d]: must be a mapping", i)}
+	}
+	fail := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("keys[%d]: "+format, append([]any{i}, args...)...))
+	}
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		if !slices.Contains(entryFields, k) {
+			hint := "fields are tenant, sha256 and key"
+			for _, f := range entryFields {
+				if strings.EqualFold(f, k) {
+					hint = fmt.Sprintf("did you mean %q?", f)
+				}
+			}
+			fail("unknown field (%s)", hint)
+		}
+	}
+
+	if v, ok := fields["tenant"]; !ok {
+		fail("tenant: missing")
+	} else if tenant, ok = str(v); !ok || !v1alpha1.ValidIdentifier(tenant) {
+		fail("tenant: must be a valid id (1-64 characters [A-Za-z0-9._-], starting with a letter or digit)")
+	}
+
+	hexSum, hasSum := fields["sha256"]
+	rawKey, hasKey := fields["key"]
+	switch {
+	case hasSum && hasKey:
+		fail("exactly one of sha256 and key is allowed, not both")
+	case hasSum:
+		field = "sha256"
+		if s, ok := str(hexSum); !ok || len(s) != 2*sha256.Size {
+			fail("sha256: must be 64 hex digits (the SHA-256 of the key)")
+		} else if _, err := hex.Decode(sum[:], []byte(s)); err != nil {
+			fail("sha256: must be 64 hex digits (the SHA-256 of the key)")
+		}
+	case hasKey:
+		field = "key"
+		if s, ok := str(rawKey); !ok {
+			fail("key: must be a string (quote it)")
+		} else if !validKey(s) {
+			fail("key: must be 1-%d printable ASCII characters (0x21-0x7e)", MaxKeyLength)
+		} else {
+			sum = sha256.Sum256([]byte(s))
+		}
+	default:
+		fail("one of sha256 and key is required")
+	}
+	return tenant, sum, field, errs
+}
+
+// str decodes a JSON string; null and other types are not strings.
+func str(raw json.RawMessage) (string, bool) {
+	var s string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+var (
+	// yamlSafe matches YAML errors that are a line and a fixed message of
+	// the scanner or parser; they quote at most single characters.
+	yamlSafe = regexp.MustCompile(`^yaml: ((?:line \d+: )?(?:[A-Za-z0-9 ,.<>%-]|'[^']')+)$`)
+	// yamlLine finds the line number in other YAML errors.
+	yamlLine = regexp.MustCompile(`^yaml: (?:unmarshal errors:\n\s*)?line (\d+): `)
+)
+
+// syntaxError turns an error of YAML decoding into one that quotes no input.
+// Some YAML errors quote content (unknown anchors, duplicate map keys,
+// unsupported keys), which in a key file may be a key: those keep only their
+// line number.
+func syntaxError(err error) error {
+	msg := err.Error()
+	if m := yamlSafe.FindStringSubmatch(msg); m != nil {
+		return fmt.Errorf("syntax: %s", m[1])
+	}
+	where := ""
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		where = "line " + m[1] + ": "
+	}
+	what := "invalid YAML"
+	if strings.Contains(msg, "already set in map") {
+		what = "duplicate field"
+	}
+	return fmt.Errorf("syntax: %s%s (details withheld: they could quote a key)", where, what)
+}

@@ -1,0 +1,140 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
+)
+
+// Failover puts a deadline and a circuit breaker around a primary (Redis)
+// limiter and decides by each rule's failure mode when the primary cannot:
+// LocalFallback uses the local buckets, FailOpen admits, FailClosed rejects.
+// It never returns an error.
+//
+// Once the breaker is open no request waits for Redis. When the open period
+// ends, one request at a time becomes a probe: it is decided locally at once
+// while its Redis call runs in the background, so even probes do not pay the
+// deadline; a successful probe closes the breaker.
+type Failover struct {
+	primary Limiter
+	local   *Local
+	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
+	opts    FailoverOptions
+}
+
+// FailoverOptions configure Failover.
+type FailoverOptions struct {
+	// Timeout is the deadline of one primary decision. Default 5ms.
+	Timeout time.Duration
+	// FailuresToOpen consecutive failures open the breaker. Default 5.
+	FailuresToOpen uint32
+	// OpenFor is how long the breaker stays open before it probes. Default
+	// 500ms.
+	OpenFor time.Duration
+	// FailClosedRetryAfter is the Retry-After of fail-closed rejections.
+	// Default 1s.
+	FailClosedRetryAfter time.Duration
+	// OnStateChange is called when the breaker changes state ("closed",
+	// "open", "half-open"). Optional.
+	OnStateChange func(from, to string)
+	// ObservePrimary is called after every primary call with its duration
+	// and error. Optional; must be cheap.
+	ObservePrimary func(time.Duration, error)
+}
+
+// NewFailover wraps primary; local decides while primary cannot.
+func NewFailover(primary Limiter, local *Local, opts FailoverOptions) *Failover {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Millisecond
+	}
+	if opts.FailuresToOpen == 0 {
+		opts.FailuresToOpen = 5
+	}
+	if opts.OpenFor <= 0 {
+		opts.OpenFor = 500 * time.Millisecond
+	}
+	if opts.FailClosedRetryAfter <= 0 {
+		opts.FailClosedRetryAfter = time.Second
+	}
+	f := &Failover{primary: primary, local: local, opts: opts}
+	f.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        "redis",
+		MaxRequests: 1,
+		Timeout:     opts.OpenFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= opts.FailuresToOpen },
+		// A request whose client went away says nothing about Redis.
+		IsExcluded: func(err error) bool { return errors.Is(err, errClientGone) },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			if opts.OnStateChange != nil {
+				opts.OnStateChange(from.String(), to.String())
+			}
+		},
+	})
+	return f
+}
+
+var errClientGone = errors.New("client went away")
+
+// Allow implements Limiter; the error is always nil.
+func (f *Failover) Allow(ctx context.Context, b Bucket, cost int64) (Decision, error) {
+	return f.Decide(ctx, b, cost), nil
+}
+
+// Decide returns the primary's decision, or the failure mode's when the
+// primary cannot answer within the deadline or the breaker is open.
+func (f *Failover) Decide(ctx context.Context, b Bucket, cost int64) Decision {
+	done, err := f.breaker.Allow()
+	if err != nil {
+		return f.fallback(b, cost)
+	}
+	if f.breaker.State() == gobreaker.StateHalfOpen {
+		// This request is the probe: answer it locally now and let the
+		// probe finish in the background.
+		go func() {
+			_, err := f.call(context.Background(), b, cost)
+			done(err)
+		}()
+		return f.fallback(b, cost)
+	}
+	d, err := f.call(ctx, b, cost)
+	if err != nil && ctx.Err() != nil {
+		err = errClientGone
+	}
+	done(err)
+	if err != nil {
+		return f.fallback(b, cost)
+	}
+	return d
+}
+
+// call asks the primary with the deadline.
+func (f *Failover) call(ctx context.Context, b Bucket, cost int64) (Decision, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.opts.Timeout)
+	start := time.Now()
+	d, err := f.primary.Allow(ctx, b, cost)
+	cancel()
+	if f.opts.ObservePrimary != nil {
+		f.opts.ObservePrimary(time.Since(start), err)
+	}
+	return d, err
+}
+
+// fallback decides by the bucket's failure mode.
+func (f *Failover) fallback(b Bucket, cost int64) Decision {
+	switch b.FailureMode {
+	case snapshot.FailOpen:
+		return Decision{Allowed: true, Limit: b.Capacity, Remaining: b.Capacity, Source: SourceFailOpen}
+	case snapshot.FailClosed:
+		return Decision{Limit: b.Capacity, RetryAfter: f.opts.FailClosedRetryAfter, Source: SourceFailClosed}
+	}
+	return f.local.Decide(b, cost)
+}
+
+// State is the breaker state: "closed", "open" or "half-open".
+func (f *Failover) State() string {
+	return f.breaker.State().String()
+}

@@ -1,0 +1,170 @@
+package limiter
+
+import (
+	"context"
+	"hash/maphash"
+	"math"
+	"sync"
+	"time"
+)
+
+// Local is a set of in-process token buckets for when Redis cannot decide.
+// Each bucket holds the rule divided by the number of live gateway replicas
+// (capacity/N, at least one token, and rate/N), so that N instances together
+// admit roughly the cluster-wide limit. When N changes, buckets are resized
+// on their next use, keeping the fraction of tokens they held.
+//
+// Memory is bounded: at most MaxBuckets buckets are kept. A bucket that has
+// been idle long enough to refill completely is the same as a missing one, so
+// those go first; when none has, the least recently used of a small sample
+// goes. Safe for concurrent use.
+type Local struct {
+	opts   LocalOptions
+	seed   maphash.Seed
+	shards [localShards]localShard
+}
+
+// LocalOptions configure Local.
+type LocalOptions struct {
+	// Replicas returns the number of live gateway replicas (N). Called on
+	// every decision, so it must be cheap. Values below 1 count as 1.
+	Replicas func() int
+	// Clock returns the current time. Default time.Now.
+	Clock func() time.Time
+	// MaxBuckets bounds the number of buckets kept. Default 100,000.
+	MaxBuckets int
+}
+
+const localShards = 64
+
+type localShard struct {
+	mu      sync.Mutex
+	buckets map[string]*localBucket
+}
+
+type localBucket struct {
+	tokens float64
+	// capacity and perMs are the bucket's current size and refill, already
+	// divided by replicas.
+	capacity float64
+	perMs    float64
+	last     time.Time // last refill
+}
+
+// NewLocal returns an empty set of local buckets.
+func NewLocal(opts LocalOptions) *Local {
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.Replicas == nil {
+		opts.Replicas = func() int { return 1 }
+	}
+	if opts.MaxBuckets <= 0 {
+		opts.MaxBuckets = 100_000
+	}
+	l := &Local{opts: opts, seed: maphash.MakeSeed()}
+	for i := range l.shards {
+		l.shards[i].buckets = map[string]*localBucket{}
+	}
+	return l
+}
+
+// Allow implements Limiter; it never fails.
+func (l *Local) Allow(_ context.Context, b Bucket, cost int64) (Decision, error) {
+	return l.Decide(b, cost), nil
+}
+
+// Decide takes cost tokens from the local bucket of b.
+func (l *Local) Decide(b Bucket, cost int64) Decision {
+	n := max(1, l.opts.Replicas())
+	capacity := max(1, float64(b.Capacity)/float64(n))
+	perMs := float64(b.RefillTokens) / float64(b.RefillPeriodMs) / float64(n)
+	now := l.opts.Clock()
+
+	sh := &l.shards[maphash.String(l.seed, b.Key)%localShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	bk := sh.buckets[b.Key]
+	if bk == nil {
+		l.makeRoom(sh, now)
+		bk = &localBucket{tokens: capacity, capacity: capacity, perMs: perMs, last: now}
+		sh.buckets[b.Key] = bk
+	}
+	bk.refill(now)
+	if bk.capacity != capacity || bk.perMs != perMs {
+		// The rule or the replica count changed: keep the fraction held.
+		bk.tokens = bk.tokens / bk.capacity * capacity
+		bk.capacity, bk.perMs = capacity, perMs
+	}
+
+	d := Decision{Limit: int64(math.Round(capacity)), Source: SourceLocal}
+	if bk.tokens >= float64(cost) {
+		bk.tokens -= float64(cost)
+		d.Allowed = true
+	} else if float64(cost) > capacity {
+		d.RetryAfter = -1
+	} else {
+		d.RetryAfter = msDuration((float64(cost) - bk.tokens) / perMs)
+	}
+	d.Remaining = int64(math.Floor(bk.tokens))
+	d.ResetAfter = msDuration((capacity - bk.tokens) / perMs)
+	return d
+}
+
+// msDuration rounds a number of milliseconds up to a Duration.
+func msDuration(ms float64) time.Duration {
+	return time.Duration(math.Ceil(ms)) * time.Millisecond
+}
+
+func (bk *localBucket) refill(now time.Time) {
+	if elapsed := now.Sub(bk.last); elapsed > 0 {
+		bk.tokens = min(bk.capacity, bk.tokens+float64(elapsed)/float64(time.Millisecond)*bk.perMs)
+		bk.last = now
+	}
+}
+
+// full reports whether the bucket would be full at now, which makes it
+// indistinguishable from a missing one.
+func (bk *localBucket) full(now time.Time) bool {
+	return bk.tokens+float64(now.Sub(bk.last))/float64(time.Millisecond)*bk.perMs >= bk.capacity
+}
+
+// makeRoom evicts buckets from a full shard before an insert.
+func (l *Local) makeRoom(sh *localShard, now time.Time) {
+	limit := max(1, l.opts.MaxBuckets/localShards)
+	if len(sh.buckets) < limit {
+		return
+	}
+	for k, bk := range sh.buckets {
+		if bk.full(now) {
+			delete(sh.buckets, k)
+		}
+	}
+	// Still full: evict the least recently refilled of a sample (map order
+	// is random enough).
+	for len(sh.buckets) >= limit {
+		var victim string
+		var oldest time.Time
+		seen := 0
+		for k, bk := range sh.buckets {
+			if seen == 0 || bk.last.Before(oldest) {
+				victim, oldest = k, bk.last
+			}
+			if seen++; seen == 8 {
+				break
+			}
+		}
+		delete(sh.buckets, victim)
+	}
+}
+
+// Len is the number of buckets held.
+func (l *Local) Len() int {
+	n := 0
+	for i := range l.shards {
+		l.shards[i].mu.Lock()
+		n += len(l.shards[i].buckets)
+		l.shards[i].mu.Unlock()
+	}
+	return n
+}

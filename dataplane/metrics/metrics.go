@@ -1,0 +1,121 @@
+// Package metrics defines the gateway's Prometheus metrics. Labels never
+// carry a tenant or an API key: their number is unbounded and keys are
+// credentials.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Decision results, the "result" label of tollgate_gateway_decisions_total.
+const (
+	ResultAllowed        = "allowed"
+	ResultRejected       = "rejected"
+	ResultShadowRejected = "shadow_rejected"
+)
+
+// Gateway holds the gateway's metrics.
+type Gateway struct {
+	// Decisions counts limiter decisions by route, result and source
+	// (redis, local, fail-open, fail-closed).
+	Decisions *prometheus.CounterVec
+	// Responses counts responses by route and status code class (2xx, 4xx...),
+	// including the gateway's own 401/404/429.
+	Responses *prometheus.CounterVec
+	// RedisDuration observes every Redis decision call.
+	RedisDuration prometheus.Histogram
+	// RedisErrors counts failed Redis decision calls.
+	RedisErrors prometheus.Counter
+	// Breaker is 1 for the circuit breaker's current state, 0 for the others.
+	Breaker *prometheus.GaugeVec
+	// Replicas is the live gateway replica count N used by the fallback.
+	Replicas prometheus.Gauge
+	// SnapshotVersion is the loaded rule snapshot's version.
+	SnapshotVersion prometheus.Gauge
+	// SnapshotLoaded is the Unix time the current snapshot was loaded.
+	SnapshotLoaded prometheus.Gauge
+	// Rules is the number of rules in the loaded snapshot.
+	Rules prometheus.Gauge
+	// ReloadErrors counts rejected rule, route or key reloads, by source.
+	ReloadErrors *prometheus.CounterVec
+	// UpstreamDuration observes time to upstream response headers by route.
+	UpstreamDuration *prometheus.HistogramVec
+}
+
+// NewGateway creates the metrics and registers them, with the Go and process
+// collectors, on reg.
+func NewGateway(reg prometheus.Registerer) *Gateway {
+	m := &Gateway{
+		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_gateway_decisions_total",
+			Help: "Rate limit decisions by route, result (allowed, rejected, shadow_rejected) and source (redis, local, fail-open, fail-closed).",
+		}, []string{"route", "result", "source"}),
+		Responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_gateway_responses_total",
+			Help: "Responses by route (\"none\" when no route matched) and status class.",
+		}, []string{"route", "code"}),
+		RedisDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tollgate_gateway_redis_duration_seconds",
+			Help:    "Duration of Redis decision calls, failed ones included.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .1},
+		}),
+		RedisErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_gateway_redis_errors_total",
+			Help: "Redis decision calls that failed or timed out.",
+		}),
+		Breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tollgate_gateway_breaker_state",
+			Help: "1 for the Redis circuit breaker's current state (closed, open, half-open), 0 otherwise.",
+		}, []string{"state"}),
+		Replicas: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_gateway_replicas",
+			Help: "Live gateway replicas observed (N); the local fallback enforces 1/N of each rule.",
+		}),
+		SnapshotVersion: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_gateway_snapshot_version",
+			Help: "Version of the loaded rule snapshot.",
+		}),
+		SnapshotLoaded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_gateway_snapshot_loaded_timestamp_seconds",
+			Help: "Unix time the loaded rule snapshot was swapped in; time() minus this is its age.",
+		}),
+		Rules: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_gateway_rules",
+			Help: "Rules in the loaded snapshot.",
+		}),
+		ReloadErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_gateway_reload_errors_total",
+			Help: "Rejected reloads by source (rules, routes, api-keys); the last good version stays in use.",
+		}, []string{"source"}),
+		UpstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tollgate_gateway_upstream_duration_seconds",
+			Help:    "Time from forwarding a request to the upstream's response headers, by route.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route"}),
+	}
+	reg.MustRegister(m.Decisions, m.Responses, m.RedisDuration, m.RedisErrors, m.Breaker, m.Replicas,
+		m.SnapshotVersion, m.SnapshotLoaded, m.Rules, m.ReloadErrors, m.UpstreamDuration,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, s := range []string{"closed", "open", "half-open"} {
+		m.Breaker.WithLabelValues(s).Set(0)
+	}
+	m.Breaker.WithLabelValues("closed").Set(1)
+	return m
+}
+
+// SetBreaker records a breaker state change.
+func (m *Gateway) SetBreaker(from, to string) {
+	m.Breaker.WithLabelValues(from).Set(0)
+	m.Breaker.WithLabelValues(to).Set(1)
+}
+
+// ObserveRedis records one Redis decision call.
+func (m *Gateway) ObserveRedis(d time.Duration, err error) {
+	m.RedisDuration.Observe(d.Seconds())
+	if err != nil {
+		m.RedisErrors.Inc()
+	}
+}

@@ -1,0 +1,142 @@
+// Package proxy is the gateway's HTTP path: match a route, identify the
+// tenant, look up its rule, ask the limiter, then forward the request
+// upstream or answer 429.
+package proxy
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/go-logr/logr"
+
+	"github.com/tollgate-dev/tollgate/dataplane/identity"
+	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/dataplane/metrics"
+	"github.com/tollgate-dev/tollgate/dataplane/routes"
+	"github.com/tollgate-dev/tollgate/dataplane/rules"
+	"github.com/tollgate-dev/tollgate/internal/ratelog"
+)
+
+// Options are the Handler's collaborators. All are required but Logger.
+type Options struct {
+	// Routes returns the current route table; called once per request.
+	Routes func() *routes.Table
+	// Rules is the live rule snapshot.
+	Rules *rules.Store
+	// Identity turns an API key into a tenant id.
+	Identity identity.Resolver
+	// Limiter decides; with a Failover it never returns errors.
+	Limiter limiter.Limiter
+	// Metrics records decisions and responses.
+	Metrics *metrics.Gateway
+	// IETFHeaders adds the IETF RateLimit and RateLimit-Policy headers next to
+	// X-RateLimit-Limit and X-RateLimit-Remaining.
+	IETFHeaders bool
+	// Logger receives rate-limited logs of upstream and limiter errors.
+	Logger logr.Logger
+}
+
+// Handler is the gateway's http.Handler.
+type Handler struct {
+	opts      Options
+	upstreams *upstreams
+	log       *ratelog.Logger
+}
+
+// New returns a Handler.
+func New(opts Options) *Handler {
+	log := ratelog.New(opts.Logger, logInterval)
+	return &Handler{opts: opts, upstreams: newUpstreams(opts.Metrics, log), log: log}
+}
+
+// ServeHTTP serves one request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	table := h.opts.Routes()
+	match := table.Lookup(r.Method, r.Host, r.URL.Path)
+	if match.Route == nil {
+		if match.MethodNotAllowed {
+			w.Header()["Allow"] = match.Allow
+			h.reply(w, "none", http.StatusMethodNotAllowed, "method not allowed on this route")
+			return
+		}
+		h.reply(w, "none", http.StatusNotFound, "no route matches this request")
+		return
+	}
+	route := match.Route
+	up := h.upstreams.get(table, route)
+
+	key, err := identity.APIKey(r.Header)
+	if err == nil {
+		var tenant string
+		if tenant, err = h.opts.Identity.Tenant(key); err == nil {
+			h.limitAndForward(w, r, up, tenant)
+			return
+		}
+	}
+	status := identity.Status(err)
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `ApiKey header="X-Api-Key"`)
+	}
+	h.reply(w, route.ID, status, errorText(err))
+}
+
+// limitAndForward asks the limiter and forwards or rejects.
+func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *upstream, tenant string) {
+	rule := h.opts.Rules.Lookup(tenant, up.route.ID)
+	d, err := h.opts.Limiter.Allow(r.Context(), limiter.BucketFor(tenant, up.route.ID, rule), 1)
+	if err != nil {
+		// Only a limiter without a Failover returns errors.
+		h.log.Error(err, "limiter failed", "route", up.route.ID)
+		h.reply(w, up.route.ID, http.StatusServiceUnavailable, "rate limiter unavailable")
+		return
+	}
+	setLimitHeaders(w.Header(), up.route.ID, rule, d, h.opts.IETFHeaders)
+	switch {
+	case d.Allowed:
+		up.count(metrics.ResultAllowed, d.Source)
+	case rule.Shadow:
+		up.count(metrics.ResultShadowRejected, d.Source)
+		w.Header().Set("X-RateLimit-Shadow", "would-reject")
+	case d.Source == limiter.SourceFailClosed:
+		up.count(metrics.ResultRejected, d.Source)
+		setRetryAfter(w.Header(), d)
+		h.reply(w, up.route.ID, http.StatusServiceUnavailable, "rate limiter unavailable and the rule fails closed")
+		return
+	default:
+		up.count(metrics.ResultRejected, d.Source)
+		setRetryAfter(w.Header(), d)
+		h.reply(w, up.route.ID, http.StatusTooManyRequests, "rate limit exceeded")
+		return
+	}
+	up.proxy.ServeHTTP(w, r)
+}
+
+// reply writes one of the gateway's own answers as a small JSON body.
+func (h *Handler) reply(w http.ResponseWriter, route string, status int, msg string) {
+	h.opts.Metrics.Responses.WithLabelValues(route, codeClass(status)).Inc()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(`{"error":` + strconv.Quote(msg) + "}\n"))
+}
+
+// errorText describes an identity error without the key.
+func errorText(err error) string {
+	switch {
+	case errors.Is(err, identity.ErrMissingKey):
+		return "missing X-Api-Key header"
+	case errors.Is(err, identity.ErrUnknownKey):
+		return "unknown API key"
+	case errors.Is(err, identity.ErrInvalidKey):
+		return "invalid X-Api-Key header"
+	}
+	return "bad request"
+}
+
+func codeClass(status int) string {
+	return [...]string{"1xx", "2xx", "3xx", "4xx", "5xx"}[min(max(status/100, 1), 5)-1]
+}
+
+// Close releases idle upstream connections.
+func (h *Handler) Close() { h.upstreams.closeIdle() }

@@ -1,0 +1,65 @@
+package proxy
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
+)
+
+// Header names, in Go's canonical form.
+const (
+	headerLimit      = "X-Ratelimit-Limit"
+	headerRemaining  = "X-Ratelimit-Remaining"
+	headerRetryAfter = "Retry-After"
+	headerIETF       = "Ratelimit"
+	headerIETFPolicy = "Ratelimit-Policy"
+	headerShadow     = "X-Ratelimit-Shadow"
+)
+
+// ownHeaders are set by the gateway; the same headers from an upstream are
+// dropped so a response never carries two answers.
+var ownHeaders = []string{headerLimit, headerRemaining, headerIETF, headerIETFPolicy, headerShadow}
+
+// setLimitHeaders writes the limit headers of decision d under rule.
+// X-RateLimit-Limit is the rule's capacity, also during a Redis outage (the
+// local bucket then holds a share of it); X-RateLimit-Remaining is what the
+// deciding bucket has left, 0 for a rejected request.
+//
+// With ietf, it adds the IETF draft headers (draft-ietf-httpapi-ratelimit-
+// headers), describing the token bucket as a quota q that refills over a
+// window w (the seconds a full refill takes), with r remaining and t seconds
+// until the bucket is full again:
+//
+//	RateLimit-Policy: "create-order";q=200;w=2
+//	RateLimit: "create-order";r=150;t=1
+func setLimitHeaders(h http.Header, route string, rule *snapshot.Rule, d limiter.Decision, ietf bool) {
+	remaining := d.Remaining
+	if !d.Allowed {
+		remaining = 0
+	}
+	h[headerLimit] = []string{strconv.FormatInt(rule.Capacity, 10)}
+	h[headerRemaining] = []string{strconv.FormatInt(remaining, 10)}
+	if ietf {
+		window := int64(math.Ceil(float64(rule.Capacity) / rule.RatePerSecond()))
+		h[headerIETFPolicy] = []string{`"` + route + `";q=` + strconv.FormatInt(rule.Capacity, 10) + ";w=" + strconv.FormatInt(window, 10)}
+		h[headerIETF] = []string{`"` + route + `";r=` + strconv.FormatInt(remaining, 10) + ";t=" + strconv.FormatInt(ceilSeconds(d.ResetAfter), 10)}
+	}
+}
+
+// setRetryAfter writes Retry-After for a rejected decision: the seconds until
+// enough tokens exist, rounded up, at least 1. A request that can never pass
+// (cost above capacity) gets none.
+func setRetryAfter(h http.Header, d limiter.Decision) {
+	if d.RetryAfter < 0 {
+		return
+	}
+	h[headerRetryAfter] = []string{strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10)}
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}

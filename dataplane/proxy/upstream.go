@@ -1,0 +1,191 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/dataplane/metrics"
+	"github.com/tollgate-dev/tollgate/dataplane/routes"
+	"github.com/tollgate-dev/tollgate/internal/ratelog"
+)
+
+const logInterval = 10 * time.Second
+
+// upstream is the forwarding state of one route: its reverse proxy and its
+// metric series, resolved once so the request path does no label lookups.
+type upstream struct {
+	route     *routes.Route
+	proxy     *httputil.ReverseProxy
+	decisions [3][4]prometheus.Counter // [result][limiter.Source]
+}
+
+var results = [3]string{metrics.ResultAllowed, metrics.ResultRejected, metrics.ResultShadowRejected}
+
+func (u *upstream) count(result string, src limiter.Source) {
+	for i, r := range results {
+		if r == result {
+			u.decisions[i][src].Inc()
+			return
+		}
+	}
+}
+
+// upstreams builds and caches the upstream of every route of the current
+// table. Transports are shared across reloads (keyed by response-header
+// timeout) so a route reload keeps the connection pools.
+type upstreams struct {
+	metrics *metrics.Gateway
+	log     *ratelog.Logger
+	cur     atomic.Pointer[upstreamSet]
+
+	mu         sync.Mutex
+	transports map[time.Duration]*http.Transport
+	buffers    bufferPool
+}
+
+// upstreamSet holds the upstreams of one route table, built on first use.
+type upstreamSet struct {
+	table   *routes.Table
+	byRoute sync.Map // *routes.Route -> *upstream
+}
+
+func newUpstreams(m *metrics.Gateway, log *ratelog.Logger) *upstreams {
+	return &upstreams{metrics: m, log: log, transports: map[time.Duration]*http.Transport{}}
+}
+
+// get returns the upstream of route, a route of table. A new table (after a
+// route reload) starts a new set, so a changed route gets a new proxy.
+func (u *upstreams) get(table *routes.Table, route *routes.Route) *upstream {
+	s := u.cur.Load()
+	for s == nil || s.table != table {
+		next := &upstreamSet{table: table}
+		if u.cur.CompareAndSwap(s, next) {
+			s = next
+			break
+		}
+		s = u.cur.Load()
+	}
+	if up, ok := s.byRoute.Load(route); ok {
+		return up.(*upstream)
+	}
+	up, _ := s.byRoute.LoadOrStore(route, u.build(route))
+	return up.(*upstream)
+}
+
+func (u *upstreams) build(r *routes.Route) *upstream {
+	up := &upstream{route: r}
+	for i, res := range results {
+		for src := limiter.SourceRedis; src <= limiter.SourceFailClosed; src++ {
+			up.decisions[i][src] = u.metrics.Decisions.WithLabelValues(r.ID, res, src.String())
+		}
+	}
+	classes := map[int]prometheus.Counter{}
+	for c := 1; c <= 5; c++ {
+		classes[c] = u.metrics.Responses.WithLabelValues(r.ID, codeClass(c*100))
+	}
+	observe := u.metrics.UpstreamDuration.WithLabelValues(r.ID)
+	u.mu.Lock()
+	transport := u.transport(r.Timeout)
+	u.mu.Unlock()
+	up.proxy = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = r.Upstream.Scheme
+			pr.Out.URL.Host = r.Upstream.Host
+			pr.Out.URL.Path = r.UpstreamPath(pr.In.URL.Path)
+			pr.Out.URL.RawPath = ""
+			pr.Out.Host = ""
+			pr.SetXForwarded()
+		},
+		Transport: timedTransport{base: transport, observe: observe},
+		// Flush as soon as the upstream writes: streamed responses (SSE,
+		// chunked downloads) reach the client without buffering delay.
+		FlushInterval: -1,
+		BufferPool:    &u.buffers,
+		ModifyResponse: func(res *http.Response) error {
+			for _, h := range ownHeaders {
+				res.Header.Del(h)
+			}
+			classes[min(max(res.StatusCode/100, 1), 5)].Inc()
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+			if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
+				return // the client went away; nobody reads an answer
+			}
+			status, msg := http.StatusBadGateway, "upstream unavailable"
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+				status, msg = http.StatusGatewayTimeout, "upstream timed out"
+			}
+			u.log.Error(err, "upstream request failed", "route", r.ID, "status", status)
+			classes[status/100].Inc()
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte(`{"error":"` + msg + `"}` + "\n"))
+		},
+	}
+	return up
+}
+
+// transport returns the shared transport for a response-header timeout. The
+// caller holds u.mu.
+func (u *upstreams) transport(timeout time.Duration) *http.Transport {
+	if t, ok := u.transports[timeout]; ok {
+		return t
+	}
+	t := &http.Transport{
+		Proxy:                 nil, // the gateway talks to upstreams directly
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ResponseHeaderTimeout: timeout,
+		ForceAttemptHTTP2:     true,
+	}
+	u.transports[timeout] = t
+	return t
+}
+
+func (u *upstreams) closeIdle() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, t := range u.transports {
+		t.CloseIdleConnections()
+	}
+}
+
+// timedTransport observes the time to response headers.
+type timedTransport struct {
+	base    http.RoundTripper
+	observe prometheus.Observer
+}
+
+func (t timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := time.Now()
+	res, err := t.base.RoundTrip(req)
+	t.observe.Observe(time.Since(start).Seconds())
+	return res, err
+}
+
+// bufferPool recycles the 32 KiB copy buffers of the reverse proxies.
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v := b.p.Get(); v != nil {
+		return *v.(*[]byte)
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }

@@ -1,0 +1,162 @@
+// Package redisconf turns command-line flags into a go-redis client for a
+// single node, a Sentinel-managed primary or a Redis Cluster.
+package redisconf
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/spf13/pflag"
+)
+
+// Modes of Options.Mode.
+const (
+	ModeStandalone = "standalone"
+	ModeSentinel   = "sentinel"
+	ModeCluster    = "cluster"
+)
+
+// PasswordEnv is the environment variable read for the password when no
+// password file is given.
+const PasswordEnv = "TOLLGATE_REDIS_PASSWORD"
+
+// Options say how to reach Redis.
+type Options struct {
+	// Addrs: one host:port in standalone mode, the Sentinels in sentinel
+	// mode, some cluster nodes (seeds) in cluster mode.
+	Addrs []string
+	// Mode is standalone, sentinel or cluster.
+	Mode string
+	// MasterName is the Sentinel master name (sentinel mode).
+	MasterName string
+	// DB is the database number (standalone and sentinel).
+	DB int
+	// Username for Redis ACLs; empty for the default user.
+	Username string
+	// PasswordFile holds the password (a mounted Secret). When empty, the
+	// TOLLGATE_REDIS_PASSWORD environment variable is used.
+	PasswordFile string
+	// TLS enables TLS; TLSCAFile, TLSServerName and TLSInsecureSkipVerify
+	// tune it.
+	TLS                   bool
+	TLSCAFile             string
+	TLSServerName         string
+	TLSInsecureSkipVerify bool
+	// PoolSize is the connection pool size per node.
+	PoolSize int
+	// DialTimeout bounds connecting. Decision calls have their own, much
+	// shorter, deadline (the gateway's --redis-timeout).
+	DialTimeout time.Duration
+}
+
+// AddFlags registers the options as flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringSliceVar(&o.Addrs, "redis-addr", []string{"127.0.0.1:6379"},
+		"Redis address (host:port). Sentinel mode: the Sentinels; cluster mode: one or more cluster nodes. Comma-separated.")
+	fs.StringVar(&o.Mode, "redis-mode", ModeStandalone, "Redis deployment: standalone, sentinel or cluster.")
+	fs.StringVar(&o.MasterName, "redis-master-name", "", "Sentinel master name (sentinel mode).")
+	fs.IntVar(&o.DB, "redis-db", 0, "Redis database number (standalone and sentinel modes).")
+	fs.StringVar(&o.Username, "redis-username", "", "Redis ACL user name.")
+	fs.StringVar(&o.PasswordFile, "redis-password-file", "",
+		"File holding the Redis password (e.g. a mounted Secret). Default: the "+PasswordEnv+" environment variable.")
+	fs.BoolVar(&o.TLS, "redis-tls", false, "Connect to Redis over TLS.")
+	fs.StringVar(&o.TLSCAFile, "redis-tls-ca-file", "", "PEM file of CA certificates that sign the Redis server certificate. Default: system roots.")
+	fs.StringVar(&o.TLSServerName, "redis-tls-server-name", "", "Server name to verify in the Redis certificate. Default: the host of the address.")
+	fs.BoolVar(&o.TLSInsecureSkipVerify, "redis-tls-insecure-skip-verify", false, "Do not verify the Redis certificate (testing only).")
+	fs.IntVar(&o.PoolSize, "redis-pool-size", 64, "Connections per Redis node.")
+	fs.DurationVar(&o.DialTimeout, "redis-dial-timeout", time.Second, "Timeout for opening a Redis connection.")
+}
+
+// String describes the options without the password.
+func (o *Options) String() string {
+	return fmt.Sprintf("redis mode=%s addrs=%s master=%q db=%d user=%q tls=%v", o.Mode, strings.Join(o.Addrs, ","),
+		o.MasterName, o.DB, o.Username, o.TLS)
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	if len(o.Addrs) == 0 {
+		return fmt.Errorf("--redis-addr: at least one address is needed")
+	}
+	switch o.Mode {
+	case ModeStandalone:
+		if len(o.Addrs) != 1 {
+			return fmt.Errorf("--redis-addr: standalone mode takes one address, got %d", len(o.Addrs))
+		}
+	case ModeSentinel:
+		if o.MasterName == "" {
+			return fmt.Errorf("--redis-master-name is required in sentinel mode")
+		}
+	case ModeCluster:
+		if o.DB != 0 {
+			return fmt.Errorf("--redis-db must be 0 in cluster mode")
+		}
+	default:
+		return fmt.Errorf("--redis-mode %q: want standalone, sentinel or cluster", o.Mode)
+	}
+	if o.PoolSize < 1 {
+		return fmt.Errorf("--redis-pool-size must be at least 1")
+	}
+	return nil
+}
+
+// NewClient builds the client. Commands fail fast: no client-side retries
+// (the gateway's breaker and fallback handle failures) and context deadlines
+// are honoured.
+func (o *Options) NewClient() (redis.UniversalClient, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	password := os.Getenv(PasswordEnv)
+	if o.PasswordFile != "" {
+		b, err := os.ReadFile(o.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading --redis-password-file: %w", err)
+		}
+		password = strings.TrimRight(string(b), "\r\n")
+	}
+	var tlsConfig *tls.Config
+	if o.TLS {
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.TLSServerName, InsecureSkipVerify: o.TLSInsecureSkipVerify} //nolint:gosec // opt-in flag
+		if o.TLSCAFile != "" {
+			pem, err := os.ReadFile(o.TLSCAFile)
+			if err != nil {
+				return nil, fmt.Errorf("reading --redis-tls-ca-file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--redis-tls-ca-file %s holds no PEM certificate", o.TLSCAFile)
+			}
+			tlsConfig.RootCAs = pool
+		}
+	}
+	common := func(u *redis.UniversalOptions) {
+		u.Username, u.Password = o.Username, password
+		u.TLSConfig = tlsConfig
+		u.PoolSize = o.PoolSize
+		u.MinIdleConns = min(8, o.PoolSize)
+		u.DialTimeout = o.DialTimeout
+		u.ContextTimeoutEnabled = true
+		u.MaxRetries = -1
+		u.DisableIdentity = true
+		u.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	}
+	u := &redis.UniversalOptions{Addrs: o.Addrs}
+	common(u)
+	switch o.Mode {
+	case ModeStandalone:
+		u.DB = o.DB
+		return redis.NewClient(u.Simple()), nil
+	case ModeSentinel:
+		u.DB, u.MasterName = o.DB, o.MasterName
+		return redis.NewFailoverClient(u.Failover()), nil
+	default:
+		return redis.NewClusterClient(u.Cluster()), nil
+	}
+}

@@ -1,0 +1,53 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/tollgate-dev/tollgate/dataplane/gateway"
+)
+
+func newGatewayCommand() *cobra.Command {
+	var (
+		log  logOptions
+		opts gateway.Options
+	)
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Proxy HTTP traffic to upstreams and enforce the rate limits",
+		Long: `Run a gateway replica: an HTTP reverse proxy that limits every request by
+tenant (the X-Api-Key header) and route with a token bucket in Redis shared
+by all replicas.
+
+Per request: match a route from --routes (404 if none) → tenant from
+X-Api-Key (401 if missing, 400 if malformed) → the rule for tenant and route
+(exact, tenant+*, *+route, *+*, else the built-in default) → one atomic Redis
+script call → forward upstream, or 429 with Retry-After. Every limited
+response carries X-RateLimit-Limit and X-RateLimit-Remaining.
+
+Rules come from the controller's snapshot ConfigMaps (in Kubernetes), or
+with --rules from RateLimitRule manifest files (standalone). Both reload live.
+
+When Redis is slow or down, a circuit breaker opens after --breaker-failures
+failures and each rule's failureMode decides: LocalFallback (default) limits
+locally with 1/N of the rule, N being the live replica count (Leases in
+Kubernetes, --replicas standalone); FailOpen admits; FailClosed answers 503.
+
+Example (standalone):
+  tollgate gateway --routes routes.yaml --rules config/samples/ --redis-addr 127.0.0.1:6379`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := log.logger()
+			if err != nil {
+				return err
+			}
+			gw, err := gateway.New(opts, logger)
+			if err != nil {
+				return err
+			}
+			return gw.Run(cmd.Context())
+		},
+	}
+	log.AddFlags(cmd.Flags())
+	opts.AddFlags(cmd.Flags())
+	return cmd
+}
