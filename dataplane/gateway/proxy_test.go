@@ -384,4 +384,3 @@ func TestAPIKeysNeverLogged(t *testing.T) {
 		t.Fatal("an API key appeared in the logs or the metrics")
 	}
 }
-

@@ -40,6 +40,7 @@ Example (standalone):
 			if err != nil {
 				return err
 			}
+			useRedisLogger(logger)
 			gw, err := gateway.New(opts, logger)
 			if err != nil {
 				return err

@@ -38,11 +38,12 @@ func newRoot() *cobra.Command {
 		Long: `tollgate limits requests per tenant (X-Api-Key) and route with token buckets
 shared by every gateway replica through Redis.
 
+  tollgate demo         run a local demo (Redis, upstream, gateway, sample rules)
   tollgate gateway      proxy HTTP to upstreams and enforce the limits (data plane)
   tollgate controller   compile RateLimitRules into the rule snapshot (runs in Kubernetes)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newGatewayCommand(), newControllerCommand())
+	root.AddCommand(newDemoCommand(), newGatewayCommand(), newControllerCommand())
 	return root
 }
