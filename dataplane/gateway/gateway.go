@@ -249,6 +249,14 @@ func (g *Gateway) BreakerState() string {
 	return g.failover.State()
 }
 
+// RedisWaits is the number of requests that waited for a Redis decision.
+func (g *Gateway) RedisWaits() int64 {
+	if g.failover == nil {
+		return 0
+	}
+	return g.failover.Waited()
+}
+
 // Rules is the live rule store.
 func (g *Gateway) Rules() *rules.Store { return g.store }
 
@@ -273,6 +281,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}
 	}()
 	goRun(g.routes.Run)
+	if g.failover != nil {
+		goRun(g.failover.Run)
+	}
 	if g.keys != nil {
 		goRun(g.keys.Run)
 	}

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -24,6 +25,16 @@ type Failover struct {
 	local   *Local
 	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
 	opts    FailoverOptions
+
+	// waited counts requests that waited for the primary; probes counts
+	// background probes.
+	waited, probes atomic.Int64
+}
+
+// Pinger is implemented by primaries that can be health-checked without
+// taking a token; Run uses it to close the breaker when no traffic comes.
+type Pinger interface {
+	Ping(ctx context.Context) error
 }
 
 // FailoverOptions configure Failover.
@@ -94,12 +105,14 @@ func (f *Failover) Decide(ctx context.Context, b Bucket, cost int64) Decision {
 	if f.breaker.State() == gobreaker.StateHalfOpen {
 		// This request is the probe: answer it locally now and let the
 		// probe finish in the background.
+		f.probes.Add(1)
 		go func() {
 			_, err := f.call(context.Background(), b, cost)
 			done(err)
 		}()
 		return f.fallback(b, cost)
 	}
+	f.waited.Add(1)
 	d, err := f.call(ctx, b, cost)
 	if err != nil && ctx.Err() != nil {
 		err = errClientGone
@@ -133,6 +146,53 @@ func (f *Failover) fallback(b Bucket, cost int64) Decision {
 	}
 	return f.local.Decide(b, cost)
 }
+
+// Run probes the primary in the background while the breaker is not closed,
+// so that it closes when Redis is back even if no request arrives. It
+// returns when ctx ends. Without a Pinger primary it does nothing: probes
+// then ride on requests.
+func (f *Failover) Run(ctx context.Context) {
+	pinger, ok := f.primary.(Pinger)
+	if !ok {
+		return
+	}
+	tick := time.NewTicker(max(f.opts.OpenFor/2, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if f.breaker.State() == gobreaker.StateClosed {
+			continue
+		}
+		done, err := f.breaker.Allow()
+		if err != nil {
+			continue // still open, or a probe is in flight
+		}
+		f.probes.Add(1)
+		pctx, cancel := context.WithTimeout(ctx, f.opts.Timeout)
+		start := time.Now()
+		err = pinger.Ping(pctx)
+		cancel()
+		if f.opts.ObservePrimary != nil {
+			f.opts.ObservePrimary(time.Since(start), err)
+		}
+		if err != nil && ctx.Err() != nil {
+			err = errClientGone
+		}
+		done(err)
+	}
+}
+
+// Waited is the number of requests that waited for the primary (at most
+// the deadline); Probes the number of background probes. Once the breaker
+// is open, Waited stays still until it closes again.
+func (f *Failover) Waited() int64 { return f.waited.Load() }
+
+// Probes is the number of background probes sent to the primary.
+func (f *Failover) Probes() int64 { return f.probes.Load() }
 
 // State is the breaker state: "closed", "open" or "half-open".
 func (f *Failover) State() string {

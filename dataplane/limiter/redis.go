@@ -17,13 +17,24 @@ var tokenBucket = redis.NewScript(lua.TokenBucket)
 
 // Redis decides with the token bucket script: one atomic round trip per call.
 type Redis struct {
-	client redis.Scripter
+	client Client
 }
 
-// NewRedis returns a limiter that uses client (a single node, Sentinel or
-// Cluster client).
-func NewRedis(client redis.Scripter) *Redis {
+// Client is the part of a go-redis client the limiter uses; single-node,
+// Sentinel and Cluster clients all satisfy it.
+type Client interface {
+	redis.Scripter
+	Ping(ctx context.Context) *redis.StatusCmd
+}
+
+// NewRedis returns a limiter that uses client.
+func NewRedis(client Client) *Redis {
 	return &Redis{client: client}
+}
+
+// Ping checks that Redis answers; it implements Pinger.
+func (l *Redis) Ping(ctx context.Context) error {
+	return l.client.Ping(ctx).Err()
 }
 
 // Allow implements Limiter.

@@ -1,0 +1,259 @@
+package gateway_test
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
+)
+
+// outageRule: 60 per second cluster-wide, a small burst, so the admitted
+// count over a few seconds is dominated by the rate.
+const (
+	outageRate     = 60
+	outageCapacity = 10
+	outageTimeout  = 400 * time.Millisecond
+)
+
+// outageCluster is three standalone gateways (--replicas 3) on one Redis.
+type outageCluster struct {
+	redis *redistest.Server
+	gws   []*running
+}
+
+func newOutageCluster(t *testing.T, extraRules string) *outageCluster {
+	srv := redistest.Start(t)
+	up := echoUpstream(t)
+	rules := rule("steady", "steady", "create-order", outageCapacity, fmt.Sprintf("refillPerSecond: %d", outageRate)) +
+		rule("drained", "drained", "create-order", 5, slow) + extraRules
+	e := newEnv(t, up.URL, rules)
+	c := &outageCluster{redis: srv}
+	for range 3 {
+		o := e.options(srv.Addr())
+		o.Replicas = 3
+		// The deadline is long here so that a request that waited for it
+		// stands out from scheduling noise on a shared machine.
+		o.RedisTimeout = outageTimeout
+		o.BreakerOpenFor = 200 * time.Millisecond
+		c.gws = append(c.gws, start(t, o, testLogger(t)))
+	}
+	return c
+}
+
+// trip sends requests to every gateway until its breaker opens.
+func (c *outageCluster) trip(t *testing.T) {
+	for _, gw := range c.gws {
+		waitFor(t, 20*time.Second, "breaker open", func() bool {
+			send(t, "POST", gw.url+"/orders", "steady")
+			return gw.BreakerState() == "open"
+		})
+	}
+}
+
+// sample is one request of the load.
+type sample struct {
+	start, end time.Time
+	status     int
+}
+
+// load sends open-loop traffic for tenant to every gateway at perGateway
+// requests per second until stop is closed.
+func (c *outageCluster) load(t *testing.T, tenant string, perGateway int, stop <-chan struct{}) func() []sample {
+	var mu sync.Mutex
+	var out []sample
+	var wg sync.WaitGroup
+	for _, gw := range c.gws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(time.Second / time.Duration(perGateway))
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					s := sample{start: time.Now()}
+					req, _ := http.NewRequest("POST", gw.url+"/orders", nil)
+					req.Header.Set("X-Api-Key", tenant)
+					res, err := client.Do(req)
+					s.end = time.Now()
+					if err != nil {
+						t.Errorf("request failed: %v", err)
+						return
+					}
+					res.Body.Close()
+					s.status = res.StatusCode
+					mu.Lock()
+					out = append(out, s)
+					mu.Unlock()
+				}()
+			}
+		}()
+	}
+	return func() []sample { wg.Wait(); return out }
+}
+
+func (c *outageCluster) waitBreakers(t *testing.T, state string) time.Time {
+	return waitBreakers(t, state, c.gws...)
+}
+
+// waits is the number of requests that waited for Redis, on all gateways.
+//
+// Call it a moment after the breakers opened: a request admitted to Redis
+// just before that is counted as soon as its goroutine runs again.
+func (c *outageCluster) waits() int64 {
+	var n int64
+	for _, gw := range c.gws {
+		n += gw.RedisWaits()
+	}
+	return n
+}
+
+func waitBreakers(t *testing.T, state string, gws ...*running) time.Time {
+	waitFor(t, 20*time.Second, "breakers "+state, func() bool {
+		for _, gw := range gws {
+			if gw.BreakerState() != state {
+				return false
+			}
+		}
+		return true
+	})
+	return time.Now()
+}
+
+// checkOutage asserts the fallback guarantees over samples taken while Redis
+// was failing, from failedAt until end. Whether a request waited for Redis is
+// counted by the gateways, not guessed from latencies, which a busy machine
+// would distort.
+func checkOutage(t *testing.T, samples []sample, failedAt, end time.Time, waitsAtOpen, waitsAtEnd int64) {
+	t.Helper()
+	if waitsAtEnd != waitsAtOpen {
+		t.Fatalf("%d requests waited for Redis after every breaker had opened, want 0", waitsAtEnd-waitsAtOpen)
+	}
+	admitted := 0
+	for _, s := range samples {
+		if s.status >= 500 {
+			t.Fatalf("a request got %d during the outage: the limiter must not cause 5xx", s.status)
+		}
+		if !s.start.Before(failedAt) && s.start.Before(end) && s.status == 200 {
+			admitted++
+		}
+	}
+	window := end.Sub(failedAt).Seconds()
+	// The local buckets start full (capacity/3 each) and refill at rate/3
+	// each: together the rule's burst plus its rate over the window.
+	ideal := outageCapacity + outageRate*window
+	if ratio := float64(admitted) / ideal; ratio < 0.85 || ratio > 1.15 {
+		t.Fatalf("admitted %d over %.1fs of outage across 3 gateways; the rule allows %.0f (ratio %.2f, want within ±15%%)",
+			admitted, window, ideal, ratio)
+	}
+	t.Logf("outage: admitted %d over %.1fs, rule allows %.0f (ratio %.3f)", admitted, window, ideal, float64(admitted)/ideal)
+}
+
+func TestRedisKilledUnderLoad(t *testing.T) {
+	c := newOutageCluster(t, "")
+	stop := make(chan struct{})
+	// Twice the rule's rate per gateway: six times the limit in all.
+	collect := c.load(t, "steady", 2*outageRate, stop)
+	time.Sleep(time.Second)
+
+	failedAt := time.Now()
+	c.redis.Kill()
+	c.waitBreakers(t, "open")
+	time.Sleep(200 * time.Millisecond)
+	waitsAtOpen := c.waits()
+	time.Sleep(4 * time.Second)
+	end := time.Now()
+	close(stop)
+	checkOutage(t, collect(), failedAt, end, waitsAtOpen, c.waits())
+
+	// Redis comes back (empty: no persistence): decisions return to it.
+	c.redis.Restart(t)
+	c.waitBreakers(t, "closed")
+	for _, gw := range c.gws {
+		if res, _ := send(t, "POST", gw.url+"/orders", "fresh"); res.StatusCode != 200 {
+			t.Fatalf("after the restart: %d", res.StatusCode)
+		}
+	}
+	if n := c.redis.Client(t).Exists(t.Context(), "rl:{fresh}:create-order").Val(); n != 1 {
+		t.Fatal("after recovery the decision was not made in Redis")
+	}
+}
+
+func TestRedisHungUnderLoad(t *testing.T) {
+	c := newOutageCluster(t, "")
+	// Drain a bucket in Redis before the outage.
+	for i := range 6 {
+		res, _ := send(t, "POST", c.gws[i%3].url+"/orders", "drained")
+		if want := map[bool]int{true: 200, false: 429}[i < 5]; res.StatusCode != want {
+			t.Fatalf("draining: request %d got %d, want %d", i+1, res.StatusCode, want)
+		}
+	}
+	stop := make(chan struct{})
+	collect := c.load(t, "steady", 2*outageRate, stop)
+	time.Sleep(time.Second)
+
+	failedAt := time.Now()
+	c.redis.Pause() // connections stay open; calls just never answer
+	c.waitBreakers(t, "open")
+	time.Sleep(200 * time.Millisecond)
+	waitsAtOpen := c.waits()
+	time.Sleep(4 * time.Second)
+	end := time.Now()
+	close(stop)
+	checkOutage(t, collect(), failedAt, end, waitsAtOpen, c.waits())
+
+	// Resume: the breakers close and the state kept in Redis is used again:
+	// the drained bucket is still empty (a local bucket would be full).
+	c.redis.Resume()
+	c.waitBreakers(t, "closed")
+	for _, gw := range c.gws {
+		if res, _ := send(t, "POST", gw.url+"/orders", "drained"); res.StatusCode != 429 {
+			t.Fatalf("drained bucket after recovery: %d, want 429 from the state in Redis", res.StatusCode)
+		}
+	}
+
+	// And after a restart of Redis too.
+	c.redis.Kill()
+	c.trip(t)
+	c.waitBreakers(t, "open")
+	c.redis.Restart(t)
+	c.waitBreakers(t, "closed")
+}
+
+func TestFailureModesDuringOutage(t *testing.T) {
+	c := newOutageCluster(t,
+		rule("open", "open", "create-order", 1, slow, "failureMode: FailOpen")+
+			rule("closed", "closed", "create-order", 1000, "refillPerSecond: 1000", "failureMode: FailClosed"))
+	gw := c.gws[0]
+	c.redis.Kill()
+	c.trip(t)
+	for i := range 20 {
+		if res, _ := send(t, "POST", gw.url+"/orders", "open"); res.StatusCode != 200 {
+			t.Fatalf("FailOpen rule, request %d during the outage: %d, want 200", i+1, res.StatusCode)
+		}
+		res, _ := send(t, "POST", gw.url+"/orders", "closed")
+		if res.StatusCode != 503 || res.Header.Get("Retry-After") != "1" {
+			t.Fatalf("FailClosed rule during the outage: %d Retry-After %q, want 503 and 1", res.StatusCode, res.Header.Get("Retry-After"))
+		}
+	}
+	// The local fallback keeps the rule's headers.
+	res, _ := send(t, "POST", gw.url+"/orders", "steady")
+	if res.Header.Get("X-RateLimit-Limit") != fmt.Sprint(outageCapacity) || res.Header.Get("X-RateLimit-Remaining") == "" {
+		t.Fatalf("fallback response headers %v", res.Header)
+	}
+	if v := metricValue(t, gw, `tollgate_gateway_breaker_state{state="open"}`); v != 1 {
+		t.Fatalf("breaker metric %v", v)
+	}
+	if v := metricValue(t, gw, `tollgate_gateway_decisions_total{result="allowed",route="create-order",source="fail-open"}`); v < 20 {
+		t.Fatalf("fail-open decisions metric %v, want >= 20", v)
+	}
+}

@@ -1,0 +1,103 @@
+package limiter
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
+)
+
+func newTestFailover(t *testing.T, srv *redistest.Server) *Failover {
+	t.Helper()
+	local := NewLocal(LocalOptions{Replicas: func() int { return 2 }})
+	f := NewFailover(NewRedis(srv.Client(t)), local, FailoverOptions{
+		Timeout: 300 * time.Millisecond, FailuresToOpen: 3, OpenFor: 100 * time.Millisecond,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return f
+}
+
+func waitState(t *testing.T, f *Failover, want string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for f.State() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("breaker %s, want %s", f.State(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestFailoverOpensFallsBackAndRecoversWithoutTraffic(t *testing.T) {
+	for _, failure := range []string{"kill", "pause"} {
+		t.Run(failure, func(t *testing.T) {
+			srv := redistest.Start(t)
+			f := newTestFailover(t, srv)
+			ctx := context.Background()
+			b := Bucket{Key: Key("t", failure), Capacity: 10, RefillTokens: 1, RefillPeriodMs: 3600_000}
+			if d := f.Decide(ctx, b, 1); !d.Allowed || d.Source != SourceRedis || d.Remaining != 9 {
+				t.Fatalf("healthy: %+v", d)
+			}
+			if failure == "kill" {
+				srv.Kill()
+			} else {
+				srv.Pause()
+			}
+			for f.State() != "open" {
+				if d := f.Decide(ctx, b, 1); d.Source != SourceLocal {
+					t.Fatalf("a failed call must fall back locally: %+v", d)
+				}
+			}
+			waited := f.Waited()
+			for range 100 {
+				d := f.Decide(ctx, b, 1)
+				if d.Source != SourceLocal || d.Limit != 5 {
+					t.Fatalf("open breaker: %+v, want a local decision with capacity 10/2", d)
+				}
+			}
+			if f.Waited() != waited {
+				t.Fatalf("%d requests waited for Redis while the breaker was open", f.Waited()-waited)
+			}
+			if failure == "kill" {
+				srv.Restart(t)
+			} else {
+				srv.Resume()
+			}
+			// No request is sent: the background probe closes the breaker.
+			waitState(t, f, "closed")
+			d := f.Decide(ctx, b, 1)
+			if d.Source != SourceRedis {
+				t.Fatalf("after recovery: %+v, want a Redis decision", d)
+			}
+			// After a pause the bucket in Redis is used again. The calls that
+			// timed out before the breaker opened were already written to the
+			// socket, and Redis runs them when it resumes: up to
+			// FailuresToOpen (3) more tokens may be gone.
+			if failure == "pause" && (d.Remaining > 8 || d.Remaining < 5) {
+				t.Fatalf("after a pause: remaining %d, want 5 to 8 (the Redis bucket, not a fresh one)", d.Remaining)
+			}
+		})
+	}
+}
+
+func TestFailureModes(t *testing.T) {
+	srv := redistest.Start(t)
+	f := newTestFailover(t, srv)
+	srv.Kill()
+	ctx := context.Background()
+	open := Bucket{Key: Key("t", "open"), Capacity: 1, RefillTokens: 1, RefillPeriodMs: 3600_000, FailureMode: snapshot.FailOpen}
+	closed := Bucket{Key: Key("t", "closed"), Capacity: 100, RefillTokens: 100, RefillPeriodMs: 1000, FailureMode: snapshot.FailClosed}
+	for range 10 {
+		if d := f.Decide(ctx, open, 1); !d.Allowed || d.Source != SourceFailOpen {
+			t.Fatalf("fail open: %+v", d)
+		}
+		if d := f.Decide(ctx, closed, 1); d.Allowed || d.Source != SourceFailClosed || d.RetryAfter != time.Second {
+			t.Fatalf("fail closed: %+v", d)
+		}
+	}
+}
