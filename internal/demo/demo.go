@@ -250,7 +250,7 @@ func (d *demo) startGateway(ctx context.Context, redisAddr, upstream string) err
 
 // result is one response, reduced to what the demo prints.
 type result struct {
-	status               int
+	status                int
 	remaining, retryAfter string
 }
 
