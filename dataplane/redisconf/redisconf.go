@@ -144,6 +144,11 @@ func (o *Options) NewClient() (redis.UniversalClient, error) {
 		u.DialTimeout = o.DialTimeout
 		u.ContextTimeoutEnabled = true
 		u.MaxRetries = -1
+		// A refused connection fails at once instead of after five dial
+		// attempts 100ms apart: the breaker, not the pool, decides when to
+		// try again.
+		u.DialerRetries = 1
+		u.DialerRetryTimeout = 10 * time.Millisecond
 		u.DisableIdentity = true
 		u.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	}

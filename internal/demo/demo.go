@@ -225,7 +225,7 @@ func (d *demo) startGateway(ctx context.Context, redisAddr, upstream string) err
 		o.Redis.Addrs = []string{redisAddr}
 		// A generous deadline: the demo shows Redis decisions, not timeouts
 		// on a busy laptop. Production keeps the 5ms default.
-		o.RedisTimeout = time.Second
+		o.RedisTimeout = 5 * time.Second
 	}
 	gw, err := gateway.New(o, d.opts.Log)
 	if err != nil {

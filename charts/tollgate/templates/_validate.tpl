@@ -1,0 +1,40 @@
+{{/*
+Checks across values that values.schema.json cannot express clearly. They
+mirror what `tollgate gateway` would refuse at start-up (dataplane/redisconf),
+so a bad combination fails at install time with a readable message instead of
+a crash-looping pod. Included once, from gateway-deployment.yaml.
+*/}}
+{{- define "tollgate.validate" -}}
+{{- $r := .Values.redis }}
+{{- if and (eq $r.mode "standalone") (ne (len $r.addrs) 1) }}
+{{- fail (printf "redis.addrs: standalone mode takes exactly one address, got %d (use redis.mode sentinel or cluster for several)" (len $r.addrs)) }}
+{{- end }}
+{{- if and (eq $r.mode "sentinel") (not $r.masterName) }}
+{{- fail "redis.masterName is required when redis.mode is sentinel" }}
+{{- end }}
+{{- if and (eq $r.mode "cluster") (ne (int $r.db) 0) }}
+{{- fail "redis.db must be 0 when redis.mode is cluster" }}
+{{- end }}
+{{- if and (or $r.tls.caSecret $r.tls.serverName) (not $r.tls.enabled) }}
+{{- fail "redis.tls.caSecret and redis.tls.serverName need redis.tls.enabled: true" }}
+{{- end }}
+{{- $a := .Values.gateway.autoscaling }}
+{{- if $a.enabled }}
+{{- if gt (int $a.minReplicas) (int $a.maxReplicas) }}
+{{- fail "gateway.autoscaling.minReplicas must not exceed gateway.autoscaling.maxReplicas" }}
+{{- end }}
+{{- if not (or $a.targetCPUUtilizationPercentage $a.targetMemoryUtilizationPercentage) }}
+{{- fail "gateway.autoscaling needs targetCPUUtilizationPercentage or targetMemoryUtilizationPercentage" }}
+{{- end }}
+{{- end }}
+{{- $ids := dict }}
+{{- range $i, $route := .Values.gateway.routes }}
+{{- if hasKey $ids $route.id }}
+{{- fail (printf "gateway.routes[%d]: id %q is already used by another route" $i $route.id) }}
+{{- end }}
+{{- $_ := set $ids $route.id true }}
+{{- if and $route.stripPrefix (not $route.pathPrefix) }}
+{{- fail (printf "gateway.routes[%d] (%s): stripPrefix needs pathPrefix" $i $route.id) }}
+{{- end }}
+{{- end }}
+{{- end }}
