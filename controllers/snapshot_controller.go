@@ -44,6 +44,9 @@ type SnapshotReconciler struct {
 	written map[string]writtenShard
 	// maxVersion is the highest shard version seen or written.
 	maxVersion int64
+	// lastEnd and lastDuration describe the previous pass; see Reconcile.
+	lastEnd      time.Time
+	lastDuration time.Duration
 }
 
 type writtenShard struct {
@@ -52,7 +55,19 @@ type writtenShard struct {
 }
 
 // Reconcile runs one snapshot pass. The request is always the same fixed key.
+//
+// While rules change continuously (a GitOps sync of thousands of rules),
+// passes are spaced by at least the duration of the previous pass: the
+// controller then spends at most half its time compiling, leaving the API
+// server room, and a change still reaches the snapshot within about two pass
+// durations.
 func (r *SnapshotReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	if wait := r.lastDuration - time.Since(r.lastEnd); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	defer func(start time.Time) {
+		r.lastEnd, r.lastDuration = time.Now(), time.Since(start)
+	}(time.Now())
 	var list v1alpha1.RateLimitRuleList
 	// The list is only read, so the cache's objects are used without copies.
 	if err := r.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
