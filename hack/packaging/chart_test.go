@@ -164,6 +164,24 @@ func TestHelmTemplateRejectsInconsistentValues(t *testing.T) {
 	}
 }
 
+// TestControllerDisabled: gateways alone, reading the snapshot of a
+// controller installed elsewhere under the same fullname.
+func TestControllerDisabled(t *testing.T) {
+	out, err := renderWith(t, "controller: {enabled: false}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decode(t, out)
+	for _, o := range objs {
+		if str(o, "metadata", "labels", "app.kubernetes.io/component") == "controller" {
+			t.Errorf("%s rendered with controller.enabled=false", o)
+		}
+	}
+	if v, _ := flagValue(containerArgs(t, objs, "tollgate-gateway", "gateway"), "snapshot-name"); v != "tollgate-rules" {
+		t.Errorf("gateway --snapshot-name=%q, want tollgate-rules", v)
+	}
+}
+
 func renderWith(t *testing.T, values string) (string, error) {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "values.yaml")

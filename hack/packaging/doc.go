@@ -13,7 +13,11 @@
 //	go test ./hack/packaging/ -run Golden -update
 //
 // They need Helm (hack/helm.sh builds a pinned one into bin/ on first use,
-// a few minutes) and the envtest binaries (hack/envtest.sh, via
-// internal/testutil/envtestutil). There are no build tags: the package has
-// no code of its own, only tests.
+// about four minutes on two cores) and the envtest binaries (hack/envtest.sh,
+// via internal/testutil/envtestutil). The image build check compiles the
+// whole binary with the Dockerfile's flags: with a cold Go build cache that
+// alone takes several minutes, so give a first run on a fresh machine
+// -timeout 30m (hack/test.sh does); warm, the package takes under a minute.
+// -short skips the image build and the API server. The package has no code
+// of its own, only tests.
 package packaging

@@ -182,6 +182,9 @@ func imageBinary(t testing.TB) string {
 	if runtime.GOOS != "linux" {
 		t.Skip("the image is linux; this builds for the host platform")
 	}
+	if testing.Short() {
+		t.Skip("builds the whole binary (minutes with a cold build cache)")
+	}
 	imageBinaryOnce.Do(func() { imageBinaryPath, imageBinaryErr = buildImageBinary(t) })
 	if imageBinaryErr != nil {
 		t.Fatal(imageBinaryErr)

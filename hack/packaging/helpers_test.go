@@ -86,18 +86,23 @@ func kubectl(t testing.TB) string {
 // run runs a command and returns its stdout; on failure the error carries
 // stderr.
 func run(dir string, stdin io.Reader, env []string, name string, args ...string) (string, error) {
+	out, _, err := runCmd(dir, stdin, env, name, args...)
+	return out, err
+}
+
+// runCmd runs a command with env added to this process's environment and
+// returns stdout and stderr apart (kubectl prints warnings on stderr).
+func runCmd(dir string, stdin io.Reader, env []string, name string, args ...string) (string, string, error) {
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Stdin = stdin
-	if env != nil {
-		cmd.Env = append(os.Environ(), env...)
-	}
+	cmd.Env = append(os.Environ(), env...)
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, stderr.String())
+		return out.String(), stderr.String(), fmt.Errorf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, stderr.String())
 	}
-	return out.String(), nil
+	return out.String(), stderr.String(), nil
 }
 
 // A valueSet is one way of installing the chart that the tests render.
