@@ -37,6 +37,7 @@ build: ## Build bin/tollgate (static, as in the image).
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC under config/ from the Go markers.
 	$(CONTROLLER_GEN) crd paths="./api/..." output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=tollgate-controller paths="./controllers/..." output:rbac:artifacts:config=config/rbac
+	cp config/crd/bases/*.yaml charts/tollgate/crds/
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code for the API types.
@@ -52,7 +53,7 @@ vet: ## Run go vet.
 
 .PHONY: verify
 verify: manifests generate ## Fail if generated files are out of date.
-	git diff --exit-code -- config/crd config/rbac api/
+	git diff --exit-code -- config/crd config/rbac api/ charts/tollgate/crds
 
 ##@ Test
 

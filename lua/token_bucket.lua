@@ -12,8 +12,10 @@
 -- Returns {granted, remaining, wait_ms, reset_ms}:
 --   granted    tokens taken: 0 (rejected), or between cost and want
 --   remaining  tokens left after the call, floored
---   wait_ms    when rejected, milliseconds until cost tokens exist (-1 if
---              cost exceeds capacity and never will); 0 when granted
+--   wait_ms    milliseconds until cost tokens exist after this call: for a
+--              rejected call the wait before retrying, for a granted one
+--              the wait before the next call of the same cost could pass
+--              (0 when it could pass now; -1 if cost exceeds capacity)
 --   reset_ms   milliseconds until the bucket is full again
 --
 -- The clock is Redis's own (TIME), never the caller's: gateways' clocks drift.
@@ -45,18 +47,20 @@ if elapsed < 0 then
 end
 tokens = math.min(capacity, tokens + elapsed * per_ms)
 
+-- Nothing is written on rejection: the stored state, refilled from its own
+-- ts, gives the same tokens at any later time.
 local granted = 0
-local wait = 0
 if tokens >= cost then
   granted = math.min(want, math.floor(tokens))
   tokens = tokens - granted
   redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
   redis.call('PEXPIRE', KEYS[1], math.max(1000, 2 * math.ceil(capacity / per_ms)))
-elseif cost > capacity then
+end
+
+local wait = 0
+if cost > capacity then
   wait = -1
-else
-  -- Nothing is written on rejection: the stored state, refilled from its
-  -- own ts, gives the same tokens at any later time.
+elseif tokens < cost then
   wait = math.ceil((cost - tokens) / per_ms)
 end
 

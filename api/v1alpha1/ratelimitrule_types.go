@@ -9,6 +9,7 @@ import (
 // takes one token; a request that finds no token is rejected with 429.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.refillPerSecond) != has(self.refill)",message="exactly one of spec.refillPerSecond and spec.refill must be set"
+// +kubebuilder:validation:XValidation:rule="!has(self.hotKey) || !has(self.hotKey.shards) || self.capacity >= self.hotKey.shards",message="spec.capacity must be at least spec.hotKey.shards"
 type RateLimitRuleSpec struct {
 	// tenant is the client this rule limits: the tenant id the gateway derives
 	// from the X-Api-Key header. "*" matches every tenant and makes a default
@@ -67,6 +68,99 @@ type RateLimitRuleSpec struct {
 	// +kubebuilder:default=LocalFallback
 	// +optional
 	FailureMode FailureMode `json:"failureMode,omitempty"`
+
+	// hotKey tunes a rule whose buckets take thousands of requests per
+	// second (one large tenant), trading a bounded error for fewer Redis
+	// calls. Leave it out for exact limits.
+	// +optional
+	HotKey *HotKey `json:"hotKey,omitempty"`
+
+	// regions splits the limit between regions by percentage: a gateway
+	// started with --region <name> enforces its region's share with buckets
+	// of its own, so regions never call each other's Redis. The percentages
+	// must add up to 100. A gateway in a region that is not listed (or
+	// without --region) enforces the whole limit.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.map(r, r.percent).sum() == 100",message="spec.regions: the percentages must add up to 100"
+	// +optional
+	Regions []RegionShare `json:"regions,omitempty"`
+}
+
+// HotKey configures token batch prefetch and bucket sharding.
+// +kubebuilder:validation:XValidation:rule="!has(self.batch) || self.prefetch != 'Off'",message="spec.hotKey.batch needs prefetch Fixed or Auto"
+// +kubebuilder:validation:XValidation:rule="self.prefetch != 'Fixed' || has(self.batch)",message="spec.hotKey.batch is required with prefetch Fixed"
+type HotKey struct {
+	// prefetch lets each gateway take a batch of tokens from Redis in one
+	// call and spend them locally. Off (default): one Redis decision per
+	// request, exact. Fixed: batches of exactly batch tokens. Auto: the batch
+	// is chosen from the rule's rate, the number of gateway replicas and
+	// errorBudgetPercent, so that small limits stay exact (batch 1) and large
+	// ones stop costing a Redis call per request. Tokens a gateway took but
+	// did not use within a quarter second expire. The cluster may admit up to
+	// replicas x batch more or fewer requests than the limit in any window.
+	// +kubebuilder:validation:Enum=Off;Fixed;Auto
+	// +kubebuilder:default=Off
+	// +optional
+	Prefetch PrefetchMode `json:"prefetch,omitempty"`
+
+	// batch is the number of tokens per Redis call with prefetch Fixed, and
+	// the largest batch with prefetch Auto. 2 to 10000.
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	Batch *int32 `json:"batch,omitempty"`
+
+	// errorBudgetPercent bounds, with prefetch Auto, the tokens all
+	// replicas may hold at once, as a percentage of the larger of capacity
+	// and one second of refill. Default 5.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=50
+	// +kubebuilder:default=5
+	// +optional
+	ErrorBudgetPercent int32 `json:"errorBudgetPercent,omitempty"`
+
+	// shards splits each bucket into this many sub-buckets, each with
+	// 1/shards of the capacity and rate, stored under keys that Redis
+	// Cluster spreads over its nodes, so one tenant's traffic is not bound
+	// to one node. A request tries a random sub-bucket and then the others,
+	// so it is only rejected when every sub-bucket is empty. 1 (default) to
+	// 64; capacity must be at least shards.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	Shards int32 `json:"shards,omitempty"`
+}
+
+// PrefetchMode is Off, Fixed or Auto.
+type PrefetchMode string
+
+const (
+	// PrefetchOff makes one Redis decision per request.
+	PrefetchOff PrefetchMode = "Off"
+	// PrefetchFixed takes batches of a fixed size.
+	PrefetchFixed PrefetchMode = "Fixed"
+	// PrefetchAuto sizes batches from the rate, replicas and error budget.
+	PrefetchAuto PrefetchMode = "Auto"
+)
+
+// RegionShare is one region's percentage of a limit.
+type RegionShare struct {
+	// name is the region, as given to the gateways' --region flag: 1 to 32
+	// characters of a-z, 0-9 and '-'.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`
+	// +required
+	Name string `json:"name"`
+
+	// percent is the region's share of capacity and rate, 1 to 100.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +required
+	Percent int32 `json:"percent"`
 }
 
 // Mode is Enforce or Shadow.

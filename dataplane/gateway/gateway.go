@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tollgate-dev/tollgate/dataplane/decision"
 	"github.com/tollgate-dev/tollgate/dataplane/identity"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/membership"
@@ -44,7 +45,9 @@ type Gateway struct {
 	kube     kubernetes.Interface
 	members  membership.Counter
 	redis    redis.UniversalClient
+	batcher  *limiter.Batcher
 	failover *limiter.Failover
+	engine   *decision.Engine
 	handler  *proxy.Handler
 
 	proxyLn, adminLn net.Listener
@@ -78,8 +81,11 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 	if g.keys != nil {
 		resolver = g.keys
 	}
+	g.engine = decision.New(decision.Options{
+		Rules: g.store, Limiter: lim, Region: opts.Region, Replicas: g.members.Replicas,
+	})
 	g.handler = proxy.New(proxy.Options{
-		Routes: g.routes.Current, Rules: g.store, Identity: resolver, Limiter: lim,
+		Routes: g.routes.Current, Decider: g.engine, Identity: resolver,
 		Metrics: g.metrics, IETFHeaders: opts.IETFHeaders, Logger: log.WithName("proxy"),
 	})
 	if g.proxyLn, err = net.Listen("tcp", opts.Listen); err != nil {
@@ -193,7 +199,8 @@ func newConfigMapSource(g *Gateway) *rules.ConfigMapSource {
 	})
 }
 
-// buildLimiter assembles Redis → breaker → local fallback, or local only.
+// buildLimiter assembles Redis (plain or batched) → cache (prefetch, empty
+// buckets) → breaker → local fallback, or local only.
 func (g *Gateway) buildLimiter() (limiter.Limiter, error) {
 	local := limiter.NewLocal(limiter.LocalOptions{Replicas: g.members.Replicas, Clock: g.opts.Clock})
 	g.metrics.Replicas.Set(float64(g.members.Replicas()))
@@ -205,8 +212,19 @@ func (g *Gateway) buildLimiter() (limiter.Limiter, error) {
 		return nil, err
 	}
 	g.redis = client
+	var taker limiter.Taker
+	var stats func() (int64, int64, int64)
+	if g.opts.Batching {
+		g.batcher = limiter.NewBatcher(client, limiter.BatcherOptions{Workers: g.opts.Pipelines})
+		taker, stats = g.batcher, g.batcher.Stats
+	} else {
+		r := limiter.NewRedis(client)
+		taker, stats = r, r.Stats
+	}
+	g.metrics.RegisterRedisStats(stats)
+	cache := limiter.NewCache(taker, limiter.CacheOptions{TTL: g.opts.PrefetchTTL, NoEmptyCache: !g.opts.Batching, Clock: g.opts.Clock})
 	fallbackLog := g.log.WithName("fallback")
-	g.failover = limiter.NewFailover(limiter.NewRedis(client), local, limiter.FailoverOptions{
+	g.failover = limiter.NewFailover(cache, local, limiter.FailoverOptions{
 		Timeout: g.opts.RedisTimeout, FailuresToOpen: g.opts.BreakerFailure, OpenFor: g.opts.BreakerOpenFor,
 		ObservePrimary: g.metrics.ObserveRedis,
 		OnStateChange: func(from, to string) {
@@ -257,6 +275,9 @@ func (g *Gateway) RedisWaits() int64 {
 	return g.failover.Waited()
 }
 
+// Engine is the gateway's decision engine (rule lookup, buckets, limiter).
+func (g *Gateway) Engine() *decision.Engine { return g.engine }
+
 // Rules is the live rule store.
 func (g *Gateway) Rules() *rules.Store { return g.store }
 
@@ -276,6 +297,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 		cancelBG()
 		wg.Wait()
 		g.handler.Close()
+		if g.batcher != nil {
+			g.batcher.Close()
+		}
 		if g.redis != nil {
 			_ = g.redis.Close()
 		}

@@ -40,6 +40,10 @@ type Options struct {
 	RedisTimeout   time.Duration
 	BreakerFailure uint32
 	BreakerOpenFor time.Duration
+	Batching       bool
+	Pipelines      int
+	PrefetchTTL    time.Duration
+	Region         string
 
 	Kubeconfig        string
 	SnapshotNamespace string
@@ -84,6 +88,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Deadline of one Redis decision; slower answers count as failures and the request is decided by the rule's failure mode.")
 	fs.Uint32Var(&o.BreakerFailure, "breaker-failures", 5, "Consecutive Redis failures that open the circuit breaker (no request waits for Redis while it is open).")
 	fs.DurationVar(&o.BreakerOpenFor, "breaker-open-for", 500*time.Millisecond, "How long the breaker stays open before one background probe tries Redis again.")
+	fs.BoolVar(&o.Batching, "redis-batching", true,
+		"Save Redis round trips under load: concurrent requests for one bucket share a script call, calls for different buckets share a pipeline, "+
+			"and requests against a bucket Redis reported empty are rejected locally until it can refill. Exact either way; false sends one call per request (the classic design).")
+	fs.IntVar(&o.Pipelines, "redis-pipelines", 4, "With --redis-batching: pipelines in flight at once.")
+	fs.DurationVar(&o.PrefetchTTL, "prefetch-ttl", 250*time.Millisecond, "How long tokens prefetched for a hotKey rule stay usable before they are dropped.")
+	fs.StringVar(&o.Region, "region", "",
+		"This gateway's region: rules with spec.regions are enforced at this region's share, with keys of their own. Default: none (whole limits).")
 
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Kubeconfig file. Default: in-cluster credentials, else $KUBECONFIG or ~/.kube/config.")
 	fs.StringVar(&o.SnapshotNamespace, "snapshot-namespace", podNamespace(), "Namespace of the controller's rule snapshot ConfigMaps (and of the replica Leases).")
@@ -118,6 +129,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--lease-duration must be at least 1s")
 	case o.ReloadInterval <= 0 || o.ShutdownGrace < 0:
 		return fmt.Errorf("--reload-interval must be positive and --shutdown-grace not negative")
+	case o.Pipelines < 1:
+		return fmt.Errorf("--redis-pipelines must be at least 1")
+	case o.Region != "" && !snapshot.ValidRegion(o.Region):
+		return fmt.Errorf("--region %q: 1 to 32 characters of a-z, 0-9 and '-'", o.Region)
 	}
 	if o.Limiter == LimiterRedis {
 		return o.Redis.Validate()

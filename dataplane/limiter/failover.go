@@ -140,9 +140,9 @@ func (f *Failover) call(ctx context.Context, b Bucket, cost int64) (Decision, er
 func (f *Failover) fallback(b Bucket, cost int64) Decision {
 	switch b.FailureMode {
 	case snapshot.FailOpen:
-		return Decision{Allowed: true, Limit: b.Capacity, Remaining: b.Capacity, Source: SourceFailOpen}
+		return Decision{Allowed: true, Limit: int64(b.Capacity), Remaining: int64(b.Capacity), Source: SourceFailOpen}
 	case snapshot.FailClosed:
-		return Decision{Limit: b.Capacity, RetryAfter: f.opts.FailClosedRetryAfter, Source: SourceFailClosed}
+		return Decision{Limit: int64(b.Capacity), RetryAfter: f.opts.FailClosedRetryAfter, Source: SourceFailClosed}
 	}
 	return f.local.Decide(b, cost)
 }

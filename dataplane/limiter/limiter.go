@@ -5,6 +5,7 @@ package limiter
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
@@ -14,13 +15,17 @@ import (
 type Bucket struct {
 	// Key is the Redis key, from Key.
 	Key string
-	// Capacity is the bucket size.
-	Capacity int64
+	// Capacity is the bucket size. It can be fractional: a region's share or
+	// a shard of a rule.
+	Capacity float64
 	// RefillTokens tokens are added every RefillPeriodMs milliseconds.
 	RefillTokens   int64
 	RefillPeriodMs int64
 	// FailureMode is what Failover does when Redis cannot decide.
 	FailureMode snapshot.FailureMode
+	// Prefetch is the number of tokens Cache takes from Redis per call for
+	// this bucket; 0 or 1 means one decision per request.
+	Prefetch int64
 }
 
 // Key is the Redis key of the bucket of tenant on route: rl:{tenant}:route.
@@ -31,15 +36,38 @@ func Key(tenant, route string) string {
 	return "rl:{" + tenant + "}:" + route
 }
 
-// BucketFor is the bucket of tenant on route under rule.
+// RegionKey is the key of a region's share of the bucket of tenant on
+// route: rl:{tenant}:route@region. Region names contain no '@' or ':'.
+func RegionKey(tenant, route, region string) string {
+	return "rl:{" + tenant + "}:" + route + "@" + region
+}
+
+// ShardKey is the key of shard i of a sharded bucket:
+// rl:tenant:route[@region]:i. It has no hash tag, so Redis Cluster spreads
+// the shards of one bucket over its nodes; without braces it can never equal
+// an unsharded key.
+func ShardKey(tenant, route, region string, i int) string {
+	k := "rl:" + tenant + ":" + route
+	if region != "" {
+		k += "@" + region
+	}
+	return k + ":" + strconv.Itoa(i)
+}
+
+// BucketFor is the whole, unsplit bucket of tenant on route under rule.
 func BucketFor(tenant, route string, rule *snapshot.Rule) Bucket {
 	return Bucket{
 		Key:            Key(tenant, route),
-		Capacity:       rule.Capacity,
+		Capacity:       float64(rule.Capacity),
 		RefillTokens:   rule.RefillTokens,
 		RefillPeriodMs: rule.RefillPeriodMs,
 		FailureMode:    rule.FailureMode,
 	}
+}
+
+// PerSecond is the bucket's refill rate in tokens per second.
+func (b *Bucket) PerSecond() float64 {
+	return float64(b.RefillTokens) * 1000 / float64(b.RefillPeriodMs)
 }
 
 // Source says who made a decision.

@@ -77,7 +77,7 @@ func (l *Local) Allow(_ context.Context, b Bucket, cost int64) (Decision, error)
 // Decide takes cost tokens from the local bucket of b.
 func (l *Local) Decide(b Bucket, cost int64) Decision {
 	n := max(1, l.opts.Replicas())
-	capacity := max(1, float64(b.Capacity)/float64(n))
+	capacity := max(1, b.Capacity/float64(n))
 	perMs := float64(b.RefillTokens) / float64(b.RefillPeriodMs) / float64(n)
 	now := l.opts.Clock()
 

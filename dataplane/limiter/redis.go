@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,6 +19,7 @@ var tokenBucket = redis.NewScript(lua.TokenBucket)
 // Redis decides with the token bucket script: one atomic round trip per call.
 type Redis struct {
 	client Client
+	calls  atomic.Int64
 }
 
 // Client is the part of a go-redis client the limiter uses; single-node,
@@ -46,14 +48,21 @@ func (l *Redis) Allow(ctx context.Context, b Bucket, cost int64) (Decision, erro
 	return res.Decision(b, cost), nil
 }
 
+// Stats returns the script calls sent; each is one round trip and one command
+// per decision (the same shape as Batcher.Stats).
+func (l *Redis) Stats() (roundTrips, commands, decisions int64) {
+	n := l.calls.Load()
+	return n, n, n
+}
+
 // TakeResult is the script's reply.
 type TakeResult struct {
 	// Granted tokens were taken: 0, or between cost and want.
 	Granted int64
 	// Remaining whole tokens are left.
 	Remaining int64
-	// WaitMs is the time until cost tokens exist, when none were granted; -1
-	// when cost exceeds capacity.
+	// WaitMs is the time until cost tokens exist after the call (the wait
+	// before retrying a rejected call); -1 when cost exceeds capacity.
 	WaitMs int64
 	// ResetMs is the time until the bucket is full.
 	ResetMs int64
@@ -62,6 +71,7 @@ type TakeResult struct {
 // Take takes between cost and want tokens from b, or none when fewer than
 // cost are there.
 func (l *Redis) Take(ctx context.Context, b Bucket, cost, want int64) (TakeResult, error) {
+	l.calls.Add(1)
 	vals, err := tokenBucket.Run(ctx, l.client, []string{b.Key},
 		b.Capacity, b.RefillTokens, b.RefillPeriodMs, cost, want).Int64Slice()
 	if err != nil {
@@ -77,7 +87,7 @@ func (l *Redis) Take(ctx context.Context, b Bucket, cost, want int64) (TakeResul
 func (r TakeResult) Decision(b Bucket, cost int64) Decision {
 	d := Decision{
 		Allowed:    r.Granted >= cost,
-		Limit:      b.Capacity,
+		Limit:      int64(b.Capacity),
 		Remaining:  r.Remaining,
 		ResetAfter: time.Duration(r.ResetMs) * time.Millisecond,
 		Source:     SourceRedis,

@@ -63,8 +63,8 @@ func TestConcurrentRequestsAdmitExactlyCapacity(t *testing.T) {
 			for range instances {
 				ls = append(ls, NewRedis(srv.Client(t)))
 			}
-			if got := hammer(t, ls, b, 1000); got != b.Capacity {
-				t.Fatalf("1000 concurrent requests through %d instances admitted %d, want exactly %d", instances, got, b.Capacity)
+			if got := hammer(t, ls, b, 1000); got != int64(b.Capacity) {
+				t.Fatalf("1000 concurrent requests through %d instances admitted %d, want exactly %d", instances, got, int64(b.Capacity))
 			}
 		})
 	}
@@ -240,8 +240,8 @@ func TestScriptFlushMidRunRecovers(t *testing.T) {
 	}()
 	got := hammer(t, []Limiter{l, NewRedis(srv.Client(t))}, b, 1000)
 	close(stop)
-	if got != b.Capacity {
-		t.Fatalf("admitted %d with SCRIPT FLUSH running, want exactly %d", got, b.Capacity)
+	if got != int64(b.Capacity) {
+		t.Fatalf("admitted %d with SCRIPT FLUSH running, want exactly %d", got, int64(b.Capacity))
 	}
 	if flushes.Load() == 0 {
 		t.Fatal("no SCRIPT FLUSH happened during the run")

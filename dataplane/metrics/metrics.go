@@ -19,6 +19,8 @@ const (
 
 // Gateway holds the gateway's metrics.
 type Gateway struct {
+	reg prometheus.Registerer
+
 	// Decisions counts limiter decisions by route, result and source
 	// (redis, local, fail-open, fail-closed).
 	Decisions *prometheus.CounterVec
@@ -49,6 +51,7 @@ type Gateway struct {
 // collectors, on reg.
 func NewGateway(reg prometheus.Registerer) *Gateway {
 	m := &Gateway{
+		reg: reg,
 		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_gateway_decisions_total",
 			Help: "Rate limit decisions by route, result (allowed, rejected, shadow_rejected) and source (redis, local, fail-open, fail-closed).",
@@ -104,6 +107,32 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 	}
 	m.Breaker.WithLabelValues("closed").Set(1)
 	return m
+}
+
+// RegisterRedisStats exports the limiter's Redis traffic: round trips,
+// script calls and the decisions they answered. stats is read at scrape
+// time.
+func (m *Gateway) RegisterRedisStats(stats func() (roundTrips, commands, decisions int64)) {
+	field := func(i int) func() float64 {
+		return func() float64 {
+			r, c, d := stats()
+			return float64([3]int64{r, c, d}[i])
+		}
+	}
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tollgate_gateway_redis_roundtrips_total",
+			Help: "Round trips to Redis for decisions (a pipeline counts once).",
+		}, field(0)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tollgate_gateway_redis_commands_total",
+			Help: "Token bucket script calls sent to Redis.",
+		}, field(1)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tollgate_gateway_redis_decisions_total",
+			Help: "Requests answered by those calls (several share a call when they coalesce).",
+		}, field(2)),
+	)
 }
 
 // SetBreaker records a breaker state change.

@@ -4,6 +4,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -14,20 +15,19 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
-	"github.com/tollgate-dev/tollgate/dataplane/rules"
 	"github.com/tollgate-dev/tollgate/internal/ratelog"
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
 // Options are the Handler's collaborators. All are required but Logger.
 type Options struct {
 	// Routes returns the current route table; called once per request.
 	Routes func() *routes.Table
-	// Rules is the live rule snapshot.
-	Rules *rules.Store
+	// Decider decides for a tenant and route; with a limiter.Failover
+	// underneath it never returns errors.
+	Decider Decider
 	// Identity turns an API key into a tenant id.
 	Identity identity.Resolver
-	// Limiter decides; with a Failover it never returns errors.
-	Limiter limiter.Limiter
 	// Metrics records decisions and responses.
 	Metrics *metrics.Gateway
 	// IETFHeaders adds the IETF RateLimit and RateLimit-Policy headers next to
@@ -35,6 +35,12 @@ type Options struct {
 	IETFHeaders bool
 	// Logger receives rate-limited logs of upstream and limiter errors.
 	Logger logr.Logger
+}
+
+// Decider makes the rate limit decision of one request; decision.Engine
+// implements it.
+type Decider interface {
+	Decide(ctx context.Context, tenant, route string, cost int64) (limiter.Decision, *snapshot.Rule, error)
 }
 
 // Handler is the gateway's http.Handler.
@@ -83,8 +89,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // limitAndForward asks the limiter and forwards or rejects.
 func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *upstream, tenant string) {
-	rule := h.opts.Rules.Lookup(tenant, up.route.ID)
-	d, err := h.opts.Limiter.Allow(r.Context(), limiter.BucketFor(tenant, up.route.ID, rule), 1)
+	d, rule, err := h.opts.Decider.Decide(r.Context(), tenant, up.route.ID, 1)
 	if err != nil {
 		// Only a limiter without a Failover returns errors.
 		h.log.Error(err, "limiter failed", "route", up.route.ID)

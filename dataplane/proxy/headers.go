@@ -25,9 +25,10 @@ const (
 var ownHeaders = []string{headerLimit, headerRemaining, headerIETF, headerIETFPolicy, headerShadow}
 
 // setLimitHeaders writes the limit headers of decision d under rule.
-// X-RateLimit-Limit is the rule's capacity, also during a Redis outage (the
-// local bucket then holds a share of it); X-RateLimit-Remaining is what the
-// deciding bucket has left, 0 for a rejected request.
+// X-RateLimit-Limit is the capacity this gateway enforces (the rule's, or its
+// region's share), also during a Redis outage (when the local bucket holds a
+// part of it); X-RateLimit-Remaining is what the deciding bucket has left, 0
+// for a rejected request.
 //
 // With ietf, it adds the IETF draft headers (draft-ietf-httpapi-ratelimit-
 // headers), describing the token bucket as a quota q that refills over a
@@ -41,11 +42,11 @@ func setLimitHeaders(h http.Header, route string, rule *snapshot.Rule, d limiter
 	if !d.Allowed {
 		remaining = 0
 	}
-	h[headerLimit] = []string{strconv.FormatInt(rule.Capacity, 10)}
+	h[headerLimit] = []string{strconv.FormatInt(d.Limit, 10)}
 	h[headerRemaining] = []string{strconv.FormatInt(remaining, 10)}
 	if ietf {
 		window := int64(math.Ceil(float64(rule.Capacity) / rule.RatePerSecond()))
-		h[headerIETFPolicy] = []string{`"` + route + `";q=` + strconv.FormatInt(rule.Capacity, 10) + ";w=" + strconv.FormatInt(window, 10)}
+		h[headerIETFPolicy] = []string{`"` + route + `";q=` + strconv.FormatInt(d.Limit, 10) + ";w=" + strconv.FormatInt(window, 10)}
 		h[headerIETF] = []string{`"` + route + `";r=` + strconv.FormatInt(remaining, 10) + ";t=" + strconv.FormatInt(ceilSeconds(d.ResetAfter), 10)}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -194,7 +195,7 @@ func TestCompileValues(t *testing.T) {
 				t.Fatal(err)
 			}
 			tt.want.Source = "default/r"
-			if len(rules) != 1 || rules[0] != tt.want {
+			if len(rules) != 1 || !reflect.DeepEqual(rules[0], tt.want) {
 				t.Errorf("rules %+v, want %+v", rules, tt.want)
 			}
 		})

@@ -25,6 +25,31 @@ func appendRule(b []byte, r *Rule) []byte {
 		b = append(b, `,"f":`...)
 		b = strconv.AppendUint(b, uint64(r.FailureMode), 10)
 	}
+	for _, f := range [...]struct {
+		name string
+		v    int64
+	}{{"pm", int64(r.Prefetch)}, {"pb", int64(r.Batch)}, {"pe", int64(r.ErrorBudgetPercent)}, {"k", int64(r.Shards)}} {
+		if f.v != 0 {
+			b = append(b, ',', '"')
+			b = append(b, f.name...)
+			b = append(b, '"', ':')
+			b = strconv.AppendInt(b, f.v, 10)
+		}
+	}
+	if len(r.Regions) > 0 {
+		b = append(b, `,"rg":[`...)
+		for i, g := range r.Regions {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"n":`...)
+			b = appendString(b, g.Name)
+			b = append(b, `,"p":`...)
+			b = strconv.AppendInt(b, int64(g.Percent), 10)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
 	if r.Source != "" {
 		b = append(b, `,"s":`...)
 		b = appendString(b, r.Source)

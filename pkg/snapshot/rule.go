@@ -24,9 +24,61 @@ type Rule struct {
 	Shadow bool `json:"sh,omitempty"`
 	// FailureMode is what to do when Redis cannot decide.
 	FailureMode FailureMode `json:"f,omitempty"`
+	// Prefetch is the compiled spec.hotKey.prefetch.
+	Prefetch PrefetchMode `json:"pm,omitempty"`
+	// Batch is the Fixed batch, or the largest Auto batch (0: the default).
+	Batch int32 `json:"pb,omitempty"`
+	// ErrorBudgetPercent bounds Auto batches (0: the default, 5).
+	ErrorBudgetPercent int32 `json:"pe,omitempty"`
+	// Shards is the number of sub-buckets (0 and 1: not sharded).
+	Shards int32 `json:"k,omitempty"`
+	// Regions split the limit between regions; their percentages add up to
+	// 100.
+	Regions []RegionShare `json:"rg,omitempty"`
 	// Source names the RateLimitRule this was compiled from ("namespace/name");
 	// empty for built-in rules.
 	Source string `json:"s,omitempty"`
+}
+
+// PrefetchMode is the compiled spec.hotKey.prefetch.
+type PrefetchMode uint8
+
+const (
+	// PrefetchOff: one Redis decision per request.
+	PrefetchOff PrefetchMode = iota
+	// PrefetchFixed: batches of Batch tokens.
+	PrefetchFixed
+	// PrefetchAuto: batches sized from rate, replicas and error budget.
+	PrefetchAuto
+)
+
+// RegionShare is one region's percentage of a rule.
+type RegionShare struct {
+	Name    string `json:"n"`
+	Percent int32  `json:"p"`
+}
+
+// Defaults and bounds of the hot-key settings; they match the CRD schema.
+const (
+	DefaultErrorBudgetPercent = 5
+	DefaultAutoBatch          = 1000
+	MaxBatch                  = 10000
+	MaxBucketShards           = 64
+	MaxRegions                = 16
+)
+
+// Share returns the percentage of region in the rule, and false when the rule
+// is not split or does not list region.
+func (r *Rule) Share(region string) (int32, bool) {
+	if region == "" {
+		return 0, false
+	}
+	for _, g := range r.Regions {
+		if g.Name == region {
+			return g.Percent, true
+		}
+	}
+	return 0, false
 }
 
 // FailureMode is the compiled spec.failureMode.
@@ -78,7 +130,57 @@ func (r *Rule) Validate() error {
 	case r.FailureMode > FailClosed:
 		return fmt.Errorf("rule %s/%s: unknown failure mode %d", r.Tenant, r.Route, r.FailureMode)
 	}
+	return r.validateHotKey()
+}
+
+func (r *Rule) validateHotKey() error {
+	switch {
+	case r.Prefetch > PrefetchAuto:
+		return fmt.Errorf("rule %s/%s: unknown prefetch mode %d", r.Tenant, r.Route, r.Prefetch)
+	case r.Batch != 0 && (r.Batch < 2 || r.Batch > MaxBatch):
+		return fmt.Errorf("rule %s/%s: batch %d out of range [2, %d]", r.Tenant, r.Route, r.Batch, MaxBatch)
+	case r.Prefetch == PrefetchFixed && r.Batch == 0:
+		return fmt.Errorf("rule %s/%s: prefetch Fixed needs a batch", r.Tenant, r.Route)
+	case r.ErrorBudgetPercent < 0 || r.ErrorBudgetPercent > 50:
+		return fmt.Errorf("rule %s/%s: error budget %d%% out of range [1, 50]", r.Tenant, r.Route, r.ErrorBudgetPercent)
+	case r.Shards < 0 || r.Shards > MaxBucketShards:
+		return fmt.Errorf("rule %s/%s: shards %d out of range [1, %d]", r.Tenant, r.Route, r.Shards, MaxBucketShards)
+	case int64(r.Shards) > r.Capacity:
+		return fmt.Errorf("rule %s/%s: capacity %d is less than shards %d", r.Tenant, r.Route, r.Capacity, r.Shards)
+	case len(r.Regions) > MaxRegions:
+		return fmt.Errorf("rule %s/%s: %d regions, at most %d", r.Tenant, r.Route, len(r.Regions), MaxRegions)
+	}
+	if len(r.Regions) == 0 {
+		return nil
+	}
+	var sum int32
+	seen := map[string]bool{}
+	for _, g := range r.Regions {
+		if !ValidRegion(g.Name) || seen[g.Name] || g.Percent < 1 || g.Percent > 100 {
+			return fmt.Errorf("rule %s/%s: region %q with %d%% is invalid or listed twice", r.Tenant, r.Route, clip(g.Name), g.Percent)
+		}
+		seen[g.Name] = true
+		sum += g.Percent
+	}
+	if sum != 100 {
+		return fmt.Errorf("rule %s/%s: region percentages add up to %d, not 100", r.Tenant, r.Route, sum)
+	}
 	return nil
+}
+
+// ValidRegion reports whether s is a valid region name: 1 to 32 characters
+// of a-z, 0-9 and '-', starting and ending with a letter or digit.
+func ValidRegion(s string) bool {
+	if len(s) == 0 || len(s) > 32 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // RatePerSecond is the refill rate in tokens per second.
@@ -120,6 +222,27 @@ func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 		r.FailureMode = FailClosed
 	default:
 		return Rule{}, fmt.Errorf("%s: spec.failureMode %q: want LocalFallback, FailOpen or FailClosed", source, spec.FailureMode)
+	}
+	if hk := spec.HotKey; hk != nil {
+		switch hk.Prefetch {
+		case "", v1alpha1.PrefetchOff:
+		case v1alpha1.PrefetchFixed:
+			r.Prefetch = PrefetchFixed
+		case v1alpha1.PrefetchAuto:
+			r.Prefetch = PrefetchAuto
+		default:
+			return Rule{}, fmt.Errorf("%s: spec.hotKey.prefetch %q: want Off, Fixed or Auto", source, hk.Prefetch)
+		}
+		if hk.Batch != nil {
+			r.Batch = *hk.Batch
+		}
+		r.ErrorBudgetPercent = hk.ErrorBudgetPercent
+		if hk.Shards > 1 {
+			r.Shards = hk.Shards
+		}
+	}
+	for _, g := range spec.Regions {
+		r.Regions = append(r.Regions, RegionShare{Name: g.Name, Percent: g.Percent})
 	}
 	if err := r.Validate(); err != nil {
 		return Rule{}, fmt.Errorf("%s: %w", source, err)

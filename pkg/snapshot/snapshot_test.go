@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -274,7 +275,11 @@ func FuzzAppendRule(f *testing.F) {
 	f.Add("shop-a", "create-order", int64(200), int64(100), int64(1000), false, uint8(0), "ns/name")
 	f.Add("a\"b\\c\x00\x7f\xff", "é\u2028", int64(-1), int64(0), int64(1<<62), true, uint8(2), "")
 	f.Fuzz(func(t *testing.T, tenant, route string, c, n, p int64, shadow bool, fm uint8, src string) {
-		r := Rule{Tenant: tenant, Route: route, Capacity: c, RefillTokens: n, RefillPeriodMs: p, Shadow: shadow, FailureMode: FailureMode(fm), Source: src}
+		r := Rule{Tenant: tenant, Route: route, Capacity: c, RefillTokens: n, RefillPeriodMs: p, Shadow: shadow, FailureMode: FailureMode(fm), Source: src,
+			Prefetch: PrefetchMode(fm % 3), Batch: int32(c), ErrorBudgetPercent: int32(n), Shards: int32(p)}
+		if shadow {
+			r.Regions = []RegionShare{{Name: route, Percent: int32(c)}, {Name: src, Percent: 1}}
+		}
 		var back Rule
 		if err := json.Unmarshal(appendRule(nil, &r), &back); err != nil {
 			t.Fatalf("invalid JSON for %+v: %v", r, err)
@@ -282,7 +287,7 @@ func FuzzAppendRule(f *testing.F) {
 		want, _ := json.Marshal(r)
 		var viaStd Rule
 		_ = json.Unmarshal(want, &viaStd)
-		if back != viaStd {
+		if !reflect.DeepEqual(back, viaStd) {
 			t.Fatalf("appendRule decodes to %+v, encoding/json to %+v", back, viaStd)
 		}
 	})

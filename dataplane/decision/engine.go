@@ -1,0 +1,147 @@
+// Package decision turns (tenant, route, cost) into a rate limit decision:
+// it finds the rule, derives the bucket this gateway uses (the region's share,
+// the shards, the prefetch batch) and asks the limiter. The HTTP proxy and the
+// Envoy rate limit service both decide through it.
+package decision
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
+)
+
+// Rules looks up the rule of a tenant on a route; rules.Store implements it.
+type Rules interface {
+	// Lookup never returns nil: without a matching rule it returns the
+	// built-in default.
+	Lookup(tenant, route string) *snapshot.Rule
+}
+
+// Options configure an Engine.
+type Options struct {
+	// Rules is the live rule snapshot.
+	Rules Rules
+	// Limiter decides for one bucket.
+	Limiter limiter.Limiter
+	// Region is this gateway's region (--region); "" for none.
+	Region string
+	// Replicas returns the number of live gateway replicas, used to size
+	// automatic prefetch batches.
+	Replicas func() int
+	// Pick returns the shard a request tries first, in [0, n). Default:
+	// uniformly at random. Tests make it deterministic.
+	Pick func(n int) int
+}
+
+// Engine decides. Safe for concurrent use.
+type Engine struct {
+	opts Options
+}
+
+// New returns an Engine.
+func New(opts Options) *Engine {
+	if opts.Replicas == nil {
+		opts.Replicas = func() int { return 1 }
+	}
+	if opts.Pick == nil {
+		opts.Pick = rand.IntN
+	}
+	return &Engine{opts: opts}
+}
+
+// Decide takes cost tokens for tenant on route. tenant and route must be
+// valid ids. It returns the decision, with Limit set to the capacity this
+// gateway enforces (the region's share of the rule), and the rule. An error
+// comes only from a limiter without a failure mode (see limiter.Failover).
+func (e *Engine) Decide(ctx context.Context, tenant, route string, cost int64) (limiter.Decision, *snapshot.Rule, error) {
+	rule := e.opts.Rules.Lookup(tenant, route)
+	b, region := e.bucket(tenant, route, rule)
+	shards := max(1, int(rule.Shards))
+	var d limiter.Decision
+	var err error
+	if shards == 1 {
+		b.Prefetch = e.batch(rule, b)
+		d, err = e.opts.Limiter.Allow(ctx, b, cost)
+	} else {
+		d, err = e.sharded(ctx, tenant, route, region, rule, b, shards, cost)
+	}
+	d.Limit = max(1, int64(b.Capacity))
+	return d, rule, err
+}
+
+// bucket is the bucket this gateway uses for tenant on route: the whole rule,
+// or its region's share under a key of its own.
+func (e *Engine) bucket(tenant, route string, rule *snapshot.Rule) (limiter.Bucket, string) {
+	b := limiter.BucketFor(tenant, route, rule)
+	pct, ok := rule.Share(e.opts.Region)
+	if !ok {
+		return b, ""
+	}
+	b.Key = limiter.RegionKey(tenant, route, e.opts.Region)
+	b.Capacity = b.Capacity * float64(pct) / 100
+	// rate x pct/100, kept as an exact fraction.
+	b.RefillTokens *= int64(pct)
+	b.RefillPeriodMs *= 100
+	return b, e.opts.Region
+}
+
+// sharded tries the shards of b, starting at a random one, until one has
+// the tokens: a sharded bucket only rejects when every shard is empty. The
+// limiter's empty-bucket cache makes shards known to be empty cost no call.
+func (e *Engine) sharded(ctx context.Context, tenant, route, region string, rule *snapshot.Rule, b limiter.Bucket, shards int, cost int64) (limiter.Decision, error) {
+	sb := b
+	sb.Capacity = b.Capacity / float64(shards)
+	sb.RefillPeriodMs = b.RefillPeriodMs * int64(shards)
+	sb.Prefetch = e.batch(rule, sb)
+	start := e.opts.Pick(shards)
+	var last limiter.Decision
+	retry := int64(-1)
+	for k := range shards {
+		sb.Key = limiter.ShardKey(tenant, route, region, (start+k)%shards)
+		d, err := e.opts.Limiter.Allow(ctx, sb, cost)
+		if err != nil {
+			return d, err
+		}
+		if d.Allowed || d.Source == limiter.SourceFailOpen || d.Source == limiter.SourceFailClosed {
+			// Remaining is an estimate: this shard's, times the shards.
+			d.Remaining *= int64(shards)
+			return d, nil
+		}
+		if d.RetryAfter >= 0 && (retry < 0 || int64(d.RetryAfter) < retry) {
+			retry = int64(d.RetryAfter)
+		}
+		last = d
+	}
+	last.RetryAfter = time.Duration(retry)
+	return last, nil
+}
+
+// batch is the prefetch batch for bucket b of rule: 0 (none) unless the rule
+// asks for prefetch. Auto sizes it so that all replicas together hold at
+// most the error budget: budget x max(capacity, one second of refill) / N.
+func (e *Engine) batch(rule *snapshot.Rule, b limiter.Bucket) int64 {
+	switch rule.Prefetch {
+	case snapshot.PrefetchFixed:
+		return int64(rule.Batch)
+	case snapshot.PrefetchAuto:
+		budget := float64(rule.ErrorBudgetPercent)
+		if budget == 0 {
+			budget = snapshot.DefaultErrorBudgetPercent
+		}
+		limit := int64(rule.Batch)
+		if limit == 0 {
+			limit = snapshot.DefaultAutoBatch
+		}
+		n := float64(max(1, e.opts.Replicas()))
+		batch := int64(math.Floor(budget / 100 * max(b.Capacity, b.PerSecond()) / n))
+		if batch < 2 {
+			return 0 // small limits stay exact
+		}
+		return min(batch, limit)
+	}
+	return 0
+}

@@ -1,0 +1,226 @@
+package limiter
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"time"
+)
+
+// Taker takes tokens from the shared buckets: Redis (one call per Take) or
+// Batcher (calls coalesced and pipelined).
+type Taker interface {
+	// Take takes between cost and want tokens from b, or none when fewer
+	// than cost are there. Safe for concurrent use.
+	Take(ctx context.Context, b Bucket, cost, want int64) (TakeResult, error)
+}
+
+// Cache sits between the request path and a Taker and saves Redis calls in
+// two exact-or-bounded ways:
+//
+//   - Empty buckets: when Redis answers that a bucket needs W more
+//     milliseconds before it can serve a request, no request of at least that
+//     cost can pass anywhere in the cluster before then (tokens only arrive
+//     at the refill rate), so requests in that time are rejected here, with
+//     the same Retry-After, without a call. A flood against an empty bucket
+//     costs Redis nothing.
+//   - Prefetch: for buckets with Prefetch > 1, one call takes up to Prefetch
+//     tokens and the next requests spend them locally. Concurrent requests
+//     wait for the one call in flight instead of sending their own. Tokens
+//     not spent within TTL are dropped.
+//
+// Safe for concurrent use.
+type Cache struct {
+	next   Taker
+	opts   CacheOptions
+	seed   maphash.Seed
+	shards [cacheShards]cacheShard
+}
+
+// CacheOptions configure Cache.
+type CacheOptions struct {
+	// TTL is how long prefetched tokens stay usable. Default 250ms.
+	TTL time.Duration
+	// NoEmptyCache disables the empty-bucket cache (the classic design:
+	// every request asks Redis).
+	NoEmptyCache bool
+	// Clock is the local clock (only durations are taken from it). Default
+	// time.Now.
+	Clock func() time.Time
+	// MaxEntries bounds the buckets tracked. Default 100,000.
+	MaxEntries int
+}
+
+const cacheShards = 64
+
+type cacheShard struct {
+	mu      sync.Mutex
+	entries map[string]*cacheEntry
+}
+
+// cacheEntry is what this instance knows of one bucket.
+type cacheEntry struct {
+	// params identify the bucket's limits; a rule change voids the entry.
+	capacity     float64
+	refillTokens int64
+	refillMs     int64
+
+	// Empty-bucket cache: no request of cost >= emptyCost passes before
+	// emptyUntil.
+	emptyUntil time.Time
+	emptyCost  int64
+
+	// Prefetched tokens.
+	tokens    int64
+	expires   time.Time
+	remaining int64         // Redis's remaining after the last fetch
+	fetching  chan struct{} // closed when the fetch in flight ends
+}
+
+// NewCache wraps next.
+func NewCache(next Taker, opts CacheOptions) *Cache {
+	if opts.TTL <= 0 {
+		opts.TTL = 250 * time.Millisecond
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.MaxEntries <= 0 {
+		opts.MaxEntries = 100_000
+	}
+	c := &Cache{next: next, opts: opts, seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].entries = map[string]*cacheEntry{}
+	}
+	return c
+}
+
+// Ping checks the Taker when it is a Pinger; it lets Failover probe Redis
+// through the Cache.
+func (c *Cache) Ping(ctx context.Context) error {
+	if p, ok := c.next.(Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}
+
+// Allow implements Limiter.
+func (c *Cache) Allow(ctx context.Context, b Bucket, cost int64) (Decision, error) {
+	sh := &c.shards[maphash.String(c.seed, b.Key)%cacheShards]
+	for attempt := 0; ; attempt++ {
+		now := c.opts.Clock()
+		sh.mu.Lock()
+		e := sh.entry(b, now, c.opts.MaxEntries)
+		if now.Before(e.emptyUntil) && cost >= e.emptyCost {
+			wait := e.emptyUntil.Sub(now)
+			sh.mu.Unlock()
+			return Decision{Limit: int64(b.Capacity), RetryAfter: wait, ResetAfter: resetAfter(b, 0), Source: SourceRedis}, nil
+		}
+		if b.Prefetch > 1 && e.tokens >= cost && now.Before(e.expires) {
+			e.tokens -= cost
+			d := Decision{Allowed: true, Limit: int64(b.Capacity), Remaining: e.remaining + e.tokens, Source: SourceRedis}
+			d.ResetAfter = resetAfter(b, float64(d.Remaining))
+			sh.mu.Unlock()
+			return d, nil
+		}
+		if b.Prefetch > 1 && e.fetching != nil && attempt < 2 {
+			// Another request is fetching for this bucket: wait for it and
+			// look again, rather than sending a call of our own.
+			ch := e.fetching
+			sh.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return Decision{}, ctx.Err()
+			}
+		}
+		want := cost
+		var done chan struct{}
+		if b.Prefetch > 1 {
+			want = max(cost, b.Prefetch)
+			done = make(chan struct{})
+			e.fetching = done
+		}
+		sh.mu.Unlock()
+		return c.fetch(ctx, sh, b, cost, want, done)
+	}
+}
+
+// fetch asks the Taker and records what it learnt.
+func (c *Cache) fetch(ctx context.Context, sh *cacheShard, b Bucket, cost, want int64, done chan struct{}) (Decision, error) {
+	r, err := c.next.Take(ctx, b, cost, want)
+	now := c.opts.Clock()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.entry(b, now, c.opts.MaxEntries)
+	if done != nil && e.fetching == done {
+		e.fetching = nil
+	}
+	if done != nil {
+		close(done)
+	}
+	if err != nil {
+		return Decision{}, err
+	}
+	d := r.Decision(b, cost)
+	if !d.Allowed {
+		if !c.opts.NoEmptyCache && r.WaitMs > 0 {
+			e.emptyUntil, e.emptyCost = now.Add(time.Duration(r.WaitMs)*time.Millisecond), cost
+		}
+		return d, nil
+	}
+	if extra := r.Granted - cost; extra > 0 {
+		if now.After(e.expires) {
+			e.tokens = 0
+		}
+		e.tokens += extra
+		e.expires = now.Add(c.opts.TTL)
+	}
+	e.remaining = r.Remaining
+	d.Remaining = r.Remaining + e.tokens
+	return d, nil
+}
+
+// entry returns the entry of b, created or reset when b's limits changed.
+// The caller holds sh.mu.
+func (sh *cacheShard) entry(b Bucket, now time.Time, maxEntries int) *cacheEntry {
+	e := sh.entries[b.Key]
+	if e != nil && e.capacity == b.Capacity && e.refillTokens == b.RefillTokens && e.refillMs == b.RefillPeriodMs {
+		return e
+	}
+	if limit := max(1, maxEntries/cacheShards); e == nil && len(sh.entries) >= limit {
+		sh.evict(now, limit)
+	}
+	fresh := &cacheEntry{capacity: b.Capacity, refillTokens: b.RefillTokens, refillMs: b.RefillPeriodMs}
+	if e != nil {
+		fresh.fetching = e.fetching // keep waiters of a fetch in flight
+	}
+	sh.entries[b.Key] = fresh
+	return fresh
+}
+
+// evict drops entries that hold nothing useful any more and, if the shard is
+// still full, a few arbitrary ones (losing a cache entry only costs a Redis
+// call). The caller holds sh.mu.
+func (sh *cacheShard) evict(now time.Time, limit int) {
+	for k, e := range sh.entries {
+		if e.fetching == nil && !now.Before(e.emptyUntil) && (e.tokens == 0 || !now.Before(e.expires)) {
+			delete(sh.entries, k)
+		}
+	}
+	for k, e := range sh.entries {
+		if len(sh.entries) < limit {
+			break
+		}
+		if e.fetching == nil {
+			delete(sh.entries, k)
+		}
+	}
+}
+
+// resetAfter estimates the time until b is full when it holds tokens.
+func resetAfter(b Bucket, tokens float64) time.Duration {
+	perMs := float64(b.RefillTokens) / float64(b.RefillPeriodMs)
+	return msDuration(max(0, b.Capacity-tokens) / perMs)
+}
