@@ -35,7 +35,6 @@ type Batcher struct {
 type BatchClient interface {
 	Client
 	Pipeline() redis.Pipeliner
-	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
 }
 
 // BatcherOptions configure a Batcher.
@@ -166,13 +165,13 @@ func (bt *Batcher) send(batch []*op) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bt.opts.ExecTimeout)
 	defer cancel()
-	err := bt.exec(ctx, calls)
+	err := bt.exec(ctx, calls, false)
 	if err != nil && isNoScript(err) {
-		// Redis lost its scripts (restart, failover, SCRIPT FLUSH): load it
-		// and send the batch again. Nothing ran, so nothing is counted twice.
-		if lerr := tokenBucket.Load(ctx, bt.client).Err(); lerr == nil {
-			err = bt.exec(ctx, calls)
-		}
+		// Redis lost its scripts (restart, failover, SCRIPT FLUSH): send the
+		// batch again with EVAL, which carries the script and caches it for
+		// the next EVALSHA. A NOSCRIPT call did not run, so nothing counts
+		// twice.
+		err = bt.exec(ctx, calls, true)
 	}
 	bt.decisions.Add(int64(len(batch)))
 	for _, c := range calls {
@@ -180,12 +179,17 @@ func (bt *Batcher) send(batch []*op) {
 	}
 }
 
-// exec sends one pipeline of script calls.
-func (bt *Batcher) exec(ctx context.Context, calls []*call) error {
+// exec sends one pipeline of script calls, by SHA or with the script.
+func (bt *Batcher) exec(ctx context.Context, calls []*call, withScript bool) error {
 	pipe := bt.client.Pipeline()
 	for _, c := range calls {
 		b := c.ops[0].b
-		c.cmd = tokenBucket.EvalSha(ctx, pipe, []string{b.Key}, b.Capacity, b.RefillTokens, b.RefillPeriodMs, c.cost, c.want)
+		args := []any{b.Capacity, b.RefillTokens, b.RefillPeriodMs, c.cost, c.want}
+		if withScript {
+			c.cmd = tokenBucket.Eval(ctx, pipe, []string{b.Key}, args...)
+		} else {
+			c.cmd = tokenBucket.EvalSha(ctx, pipe, []string{b.Key}, args...)
+		}
 	}
 	bt.roundTrips.Add(1)
 	bt.commands.Add(int64(len(calls)))

@@ -1,0 +1,265 @@
+package decision_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/dataplane/decision"
+	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
+)
+
+// oneRule serves the same rule for every tenant and route.
+type oneRule struct{ r snapshot.Rule }
+
+func (o *oneRule) Lookup(string, string) *snapshot.Rule { return &o.r }
+
+// chain is a gateway's batched limiter chain on client (no breaker: these
+// tests are about Redis decisions).
+func chain(t *testing.T, client limiter.BatchClient) limiter.Limiter {
+	bt := limiter.NewBatcher(client, limiter.BatcherOptions{})
+	t.Cleanup(bt.Close)
+	return limiter.NewCache(bt, limiter.CacheOptions{})
+}
+
+func redisTime(t *testing.T, c redis.Cmdable) time.Time {
+	now, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+func TestPrefetchAccuracyAcrossTwentyInstances(t *testing.T) {
+	srv := redistest.Start(t)
+	const instances, capacity, perSecond = 20, 200, 2000
+	rule := &oneRule{snapshot.Rule{Tenant: "*", Route: "*", Capacity: capacity, RefillTokens: perSecond, RefillPeriodMs: 1000,
+		Prefetch: snapshot.PrefetchAuto}}
+	var engines []*decision.Engine
+	for range instances {
+		engines = append(engines, decision.New(decision.Options{
+			Rules: rule, Limiter: chain(t, srv.Client(t)), Replicas: func() int { return instances },
+		}))
+	}
+	// Auto: 5% x max(200, 2000/s) / 20 replicas = 5 tokens per call.
+	const batch = 5
+	warmUp(t, engines)
+
+	var admitted, calls atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	t0 := redisTime(t, srv.Client(t))
+	for _, e := range engines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Paced load, three times each instance's share: a spinning
+			// generator would starve the Redis client of CPU on a small
+			// machine and measure the generator, not the limiter.
+			tick := time.NewTicker(time.Second / (3 * perSecond / instances))
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				d, _, err := e.Decide(context.Background(), "hot", "r", 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				calls.Add(1)
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(3 * time.Second)
+	// The window is bracketed by Redis's clock: the load surely ran from t0
+	// to tStop, and surely ended by t1.
+	tStop := redisTime(t, srv.Client(t))
+	close(stop)
+	wg.Wait()
+	t1 := redisTime(t, srv.Client(t))
+
+	low := capacity + perSecond*tStop.Sub(t0).Seconds()
+	high := capacity + perSecond*t1.Sub(t0).Seconds()
+	got := float64(admitted.Load())
+	t.Logf("admitted %.0f of %d decisions; ideal %.0f to %.0f (ratio %.4f to %.4f)", got, calls.Load(), low, high, got/high, got/low)
+	if got > high*1.05 || got < low*0.98 {
+		t.Fatalf("admitted %.0f, ideal %.0f to %.0f: want within +5%%/-2%%", got, low, high)
+	}
+	if got > high+instances*batch {
+		t.Fatalf("admitted %.0f exceeds the ideal %.0f by more than instances x batch (%d)", got, high, instances*batch)
+	}
+}
+
+// warmUp makes one decision per engine on another bucket, so that connections
+// are open and the script is loaded before a measured window starts: a
+// bucket that nobody asks for while it is full loses its refill, and a
+// window that starts before the first call would count that as error.
+func warmUp(t *testing.T, engines []*decision.Engine) {
+	for _, e := range engines {
+		if _, _, err := e.Decide(context.Background(), "warm-up", "r", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestShardingRejectsOnlyWhenEveryShardIsEmpty(t *testing.T) {
+	srv := redistest.Start(t)
+	rule := &oneRule{snapshot.Rule{Tenant: "*", Route: "*", Capacity: 40, RefillTokens: 1, RefillPeriodMs: 3600_000, Shards: 4}}
+	// Always start at shard 0: the others must still be used.
+	e := decision.New(decision.Options{Rules: rule, Limiter: chain(t, srv.Client(t)), Pick: func(int) int { return 0 }})
+	for i := range 40 {
+		if d, _, _ := e.Decide(context.Background(), "t", "r", 1); !d.Allowed {
+			t.Fatalf("request %d rejected while shards still had tokens", i+1)
+		}
+	}
+	d, _, _ := e.Decide(context.Background(), "t", "r", 1)
+	if d.Allowed || d.RetryAfter <= 0 || d.Limit != 40 {
+		t.Fatalf("41st request %+v, want rejected with a wait, limit 40", d)
+	}
+	keys := srv.Client(t).Keys(context.Background(), "rl:*").Val()
+	if len(keys) != 4 {
+		t.Fatalf("keys %v, want 4 shard keys", keys)
+	}
+}
+
+func TestShardedAccuracy(t *testing.T) {
+	srv := redistest.Start(t)
+	const capacity, perSecond = 40, 400
+	rule := &oneRule{snapshot.Rule{Tenant: "*", Route: "*", Capacity: capacity, RefillTokens: perSecond, RefillPeriodMs: 1000, Shards: 4}}
+	var engines []*decision.Engine
+	for range 4 {
+		engines = append(engines, decision.New(decision.Options{Rules: rule, Limiter: chain(t, srv.Client(t))}))
+	}
+	warmUp(t, engines)
+	var admitted atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	t0 := redisTime(t, srv.Client(t))
+	for _, e := range engines {
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Paced at twice the rate in all (16 senders).
+				tick := time.NewTicker(time.Second / (2 * perSecond / 16))
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+					if d, _, _ := e.Decide(context.Background(), "t", "r", 1); d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	time.Sleep(2 * time.Second)
+	tStop := redisTime(t, srv.Client(t))
+	close(stop)
+	wg.Wait()
+	low := capacity + perSecond*tStop.Sub(t0).Seconds()
+	high := capacity + perSecond*redisTime(t, srv.Client(t)).Sub(t0).Seconds()
+	got := float64(admitted.Load())
+	t.Logf("sharded: admitted %.0f, ideal %.0f to %.0f", got, low, high)
+	if got > high*1.05 || got < low*0.95 {
+		t.Fatalf("admitted %.0f, ideal %.0f to %.0f: want within ±5%%", got, low, high)
+	}
+}
+
+func TestRegionShares(t *testing.T) {
+	srv := redistest.Start(t)
+	rule := &oneRule{snapshot.Rule{Tenant: "*", Route: "*", Capacity: 100, RefillTokens: 1, RefillPeriodMs: 3600_000,
+		Regions: []snapshot.RegionShare{{Name: "eu-west", Percent: 70}, {Name: "us-east", Percent: 30}}}}
+	cases := []struct {
+		region string
+		want   int64  // admitted out of 200
+		key    string // the bucket's key
+	}{
+		{"eu-west", 70, "rl:{t}:r@eu-west"},
+		{"us-east", 30, "rl:{t}:r@us-east"},
+		{"ap-south", 100, "rl:{t}:r"}, // not listed: the whole limit
+	}
+	for _, c := range cases {
+		e := decision.New(decision.Options{Rules: rule, Limiter: chain(t, srv.Client(t)), Region: c.region})
+		var got int64
+		for range 200 {
+			d, _, err := e.Decide(context.Background(), "t", "r", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				got++
+				if d.Limit != c.want {
+					t.Fatalf("%s: limit %d, want %d", c.region, d.Limit, c.want)
+				}
+			}
+		}
+		if got != c.want {
+			t.Fatalf("region %s admitted %d, want %d", c.region, got, c.want)
+		}
+		if srv.Client(t).Exists(context.Background(), c.key).Val() != 1 {
+			t.Fatalf("region %s: key %s missing", c.region, c.key)
+		}
+	}
+}
+
+func TestClusterKeyPlacement(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	client := cluster.Client(t)
+	ctx := context.Background()
+	sharded := &oneRule{snapshot.Rule{Tenant: "*", Route: "*", Capacity: 64, RefillTokens: 1, RefillPeriodMs: 3600_000, Shards: 16}}
+	e := decision.New(decision.Options{Rules: sharded, Limiter: chain(t, client), Pick: func(int) int { return 0 }})
+	for range 64 {
+		if d, _, err := e.Decide(ctx, "big", "r", 1); err != nil || !d.Allowed {
+			t.Fatalf("sharded decision on the cluster: %+v %v", d, err)
+		}
+	}
+	// The 16 shard keys spread over the masters.
+	nodes := map[string]bool{}
+	for i := range 16 {
+		nodes[nodeOf(t, client, limiter.ShardKey("big", "r", "", i))] = true
+	}
+	if len(nodes) < 2 {
+		t.Fatalf("16 shard keys on %d node(s), want them spread", len(nodes))
+	}
+	// One tenant's plain buckets share a slot: one script could touch them all.
+	slots := map[int64]bool{}
+	for _, k := range []string{limiter.Key("shop-a", "a"), limiter.Key("shop-a", "b"), limiter.RegionKey("shop-a", "a", "eu")} {
+		slots[client.ClusterKeySlot(ctx, k).Val()] = true
+	}
+	if len(slots) != 1 {
+		t.Fatalf("one tenant's keys in %d slots, want 1", len(slots))
+	}
+}
+
+// nodeOf returns the address of the master serving key.
+func nodeOf(t *testing.T, c *redis.ClusterClient, key string) string {
+	slot := c.ClusterKeySlot(context.Background(), key).Val()
+	ranges, err := c.ClusterSlots(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range ranges {
+		if int64(r.Start) <= slot && slot <= int64(r.End) {
+			return r.Nodes[0].Addr
+		}
+	}
+	t.Fatalf("no node serves slot %d", slot)
+	return ""
+}
+

@@ -1,0 +1,139 @@
+package limiter
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
+)
+
+// backend is a Redis deployment the limiter runs against.
+type backend struct {
+	name   string
+	client BatchClient
+}
+
+// backends starts a single node and a three-master Redis Cluster.
+func backends(t *testing.T) []backend {
+	t.Helper()
+	single := redistest.Start(t)
+	cluster := redistest.StartCluster(t, 3)
+	return []backend{
+		{"single node", single.Client(t)},
+		{"cluster", cluster.Client(t)},
+	}
+}
+
+// newChain is the gateway's batched chain without the breaker.
+func newChain(t *testing.T, c BatchClient) (*Cache, *Batcher) {
+	bt := NewBatcher(c, BatcherOptions{})
+	t.Cleanup(bt.Close)
+	return NewCache(bt, CacheOptions{}), bt
+}
+
+func TestBatchedChainIsExact(t *testing.T) {
+	for _, be := range backends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			b := Bucket{Key: Key("shop-a", "exact"), Capacity: 37, RefillTokens: 1, RefillPeriodMs: 3600_000}
+			var ls []Limiter
+			for range 4 {
+				c, _ := newChain(t, be.client)
+				ls = append(ls, c)
+			}
+			if got := hammer(t, ls, b, 1000); got != 37 {
+				t.Fatalf("admitted %d, want exactly 37", got)
+			}
+		})
+	}
+}
+
+func TestCoalescingSavesRoundTrips(t *testing.T) {
+	for _, be := range backends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			chain, bt := newChain(t, be.client)
+			// Ten buckets, 2000 concurrent requests, enough tokens for all.
+			var allowed atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range 2000 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					b := Bucket{Key: Key("tenant-"+string(rune('a'+i%10)), "r"), Capacity: 1000, RefillTokens: 1, RefillPeriodMs: 3600_000}
+					d, err := chain.Allow(context.Background(), b, 1)
+					if err != nil {
+						t.Error(err)
+					} else if d.Allowed {
+						allowed.Add(1)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if allowed.Load() != 2000 {
+				t.Fatalf("admitted %d of 2000 with tokens for all", allowed.Load())
+			}
+			rt, cmds, decisions := bt.Stats()
+			t.Logf("%d decisions in %d round trips, %d script calls", decisions, rt, cmds)
+			if decisions != 2000 || rt >= decisions/2 || cmds >= decisions/2 {
+				t.Fatalf("%d round trips and %d script calls for %d decisions: want well below one per decision", rt, cmds, decisions)
+			}
+		})
+	}
+}
+
+func TestBatcherRecoversFromScriptFlush(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	chain, _ := newChain(t, c)
+	b := Bucket{Key: Key("t", "flush"), Capacity: 300, RefillTokens: 1, RefillPeriodMs: 3600_000}
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = c.ScriptFlush(context.Background()).Err()
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	got := hammer(t, []Limiter{chain}, b, 1000)
+	close(stop)
+	if got != 300 {
+		t.Fatalf("admitted %d with SCRIPT FLUSH running, want exactly 300", got)
+	}
+}
+
+func TestEmptyBucketCacheIsExactAndSavesCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	chain, bt := newChain(t, srv.Client(t))
+	ctx := context.Background()
+	// One token per 1.5s.
+	b := Bucket{Key: Key("t", "empty"), Capacity: 1, RefillTokens: 2, RefillPeriodMs: 3000}
+	if d, _ := chain.Allow(ctx, b, 1); !d.Allowed {
+		t.Fatal("first request rejected")
+	}
+	d, _ := chain.Allow(ctx, b, 1)
+	if d.Allowed || d.RetryAfter <= time.Second {
+		t.Fatalf("second request %+v, want rejected with ~1.5s to wait", d)
+	}
+	_, calls, _ := bt.Stats()
+	for range 100 {
+		if d, _ := chain.Allow(ctx, b, 1); d.Allowed || d.RetryAfter <= 0 {
+			t.Fatalf("flood: %+v, want rejected", d)
+		}
+	}
+	if _, after, _ := bt.Stats(); after != calls {
+		t.Fatalf("%d Redis calls for 100 requests against a bucket known to be empty, want 0", after-calls)
+	}
+	time.Sleep(d.RetryAfter)
+	if d, _ := chain.Allow(ctx, b, 1); !d.Allowed {
+		t.Fatalf("after the wait: %+v, want allowed", d)
+	}
+}
