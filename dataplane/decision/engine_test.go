@@ -262,4 +262,3 @@ func nodeOf(t *testing.T, c *redis.ClusterClient, key string) string {
 	t.Fatalf("no node serves slot %d", slot)
 	return ""
 }
-
