@@ -43,6 +43,7 @@ type Option func(*config)
 type config struct {
 	port    int
 	args    []string
+	conf    string // config file, passed first
 	cluster bool // add cluster flags and keep the cluster bus port (port+10000) usable
 }
 
@@ -51,6 +52,12 @@ type config struct {
 // so they can override them.
 func WithArgs(extra ...string) Option {
 	return func(c *config) { c.args = append(c.args, extra...) }
+}
+
+// WithConfig starts the server with a configuration file (the first
+// argument), for example a Sentinel's, which it may rewrite.
+func WithConfig(path string) Option {
+	return func(c *config) { c.conf = path }
 }
 
 // WithPort makes the server listen on port p instead of a free port chosen by
@@ -270,6 +277,9 @@ func (s *Server) launch(port int) (busy bool, err error) {
 		)
 	}
 	args = append(args, s.cfg.args...)
+	if s.cfg.conf != "" {
+		args = append([]string{s.cfg.conf}, args...)
+	}
 
 	logFile, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
