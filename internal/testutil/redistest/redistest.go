@@ -44,7 +44,7 @@ type config struct {
 	port    int
 	args    []string
 	conf    string // config file, passed first
-	cluster bool // add cluster flags and keep the cluster bus port (port+10000) usable
+	cluster bool   // add cluster flags and keep the cluster bus port (port+10000) usable
 }
 
 // WithArgs passes extra command-line arguments to redis-server, for example
