@@ -128,6 +128,26 @@ var _ = Describe("RateLimitRule schema", func() {
 		Entry("leading dot in tenant", set("spec.tenant", ".shop"), "spec.tenant", "should match"),
 		Entry("wildcard inside a name", set("spec.tenant", "shop-*"), "spec.tenant", "should match"),
 		Entry("unicode tenant", set("spec.tenant", "shöp"), "spec.tenant", "should match"),
+		Entry("unknown mode", set("spec.mode", "DryRun"), "spec.mode", "Unsupported value"),
+		Entry("unknown failure mode", set("spec.failureMode", "Retry"), "spec.failureMode", "Unsupported value"),
+		Entry("unknown prefetch mode", set("spec.hotKey", map[string]any{"prefetch": "Always"}), "spec.hotKey.prefetch", "Unsupported value"),
+		Entry("fixed prefetch without a batch", set("spec.hotKey", map[string]any{"prefetch": "Fixed"}), "spec.hotKey", "batch is required with prefetch Fixed"),
+		Entry("batch without prefetch", set("spec.hotKey", map[string]any{"batch": int64(10)}), "spec.hotKey", "batch needs prefetch Fixed or Auto"),
+		Entry("batch of one", set("spec.hotKey", map[string]any{"prefetch": "Fixed", "batch": int64(1)}), "spec.hotKey.batch", "greater than or equal to 2"),
+		Entry("error budget above 50%", set("spec.hotKey", map[string]any{"prefetch": "Auto", "errorBudgetPercent": int64(80)}), "spec.hotKey.errorBudgetPercent", "less than or equal to 50"),
+		Entry("65 shards", set("spec.hotKey", map[string]any{"shards": int64(65)}), "spec.hotKey.shards", "less than or equal to 64"),
+		Entry("more shards than capacity", both(set("spec.capacity", int64(3)), set("spec.hotKey", map[string]any{"shards": int64(4)})), "spec", "capacity must be at least spec.hotKey.shards"),
+		Entry("region shares not adding up to 100", set("spec.regions", []any{
+			map[string]any{"name": "eu", "percent": int64(70)}, map[string]any{"name": "us", "percent": int64(20)}}),
+			"spec.regions", "percentages must add up to 100"),
+		Entry("a region listed twice", set("spec.regions", []any{
+			map[string]any{"name": "eu", "percent": int64(50)}, map[string]any{"name": "eu", "percent": int64(50)}}),
+			"spec.regions", "Duplicate value"),
+		Entry("region name with a colon", set("spec.regions", []any{map[string]any{"name": "eu:1", "percent": int64(100)}}),
+			"spec.regions[0].name", "should match"),
+		Entry("region share of zero", set("spec.regions", []any{
+			map[string]any{"name": "eu", "percent": int64(0)}, map[string]any{"name": "us", "percent": int64(100)}}),
+			"spec.regions[0].percent", "greater than or equal to 1"),
 	)
 
 	DescribeTable("accepts valid edge cases",
@@ -148,5 +168,12 @@ var _ = Describe("RateLimitRule schema", func() {
 		Entry("one per week", both(slowRefill, set("spec.refill", map[string]any{"tokens": int64(1), "period": "168h"}))),
 		Entry("compound period", both(slowRefill, set("spec.refill.period", "1h30m15s"))),
 		Entry("Go's own duration form", both(slowRefill, set("spec.refill.period", "1m0s"))),
+		Entry("shadow mode, fail open", both(set("spec.mode", "Shadow"), set("spec.failureMode", "FailOpen"))),
+		Entry("fail closed", set("spec.failureMode", "FailClosed")),
+		Entry("automatic prefetch", set("spec.hotKey", map[string]any{"prefetch": "Auto"})),
+		Entry("fixed prefetch and shards", set("spec.hotKey", map[string]any{"prefetch": "Fixed", "batch": int64(50), "shards": int64(8)})),
+		Entry("shards equal to capacity", both(set("spec.capacity", int64(4)), set("spec.hotKey", map[string]any{"shards": int64(4)}))),
+		Entry("70/30 region shares", set("spec.regions", []any{
+			map[string]any{"name": "eu-west", "percent": int64(70)}, map[string]any{"name": "us-east", "percent": int64(30)}})),
 	)
 })

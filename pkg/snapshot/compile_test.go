@@ -1,0 +1,99 @@
+package snapshot
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+)
+
+func TestFromSpec(t *testing.T) {
+	base := func() v1alpha1.RateLimitRuleSpec {
+		return v1alpha1.RateLimitRuleSpec{Tenant: "shop-a", Route: "create-order", Capacity: 200, RefillPerSecond: ptr.To[int64](100)}
+	}
+	cases := []struct {
+		name   string
+		mutate func(*v1alpha1.RateLimitRuleSpec)
+		want   Rule   // compared when err is ""
+		err    string // substring of the error
+	}{
+		{"per second", func(*v1alpha1.RateLimitRuleSpec) {},
+			Rule{Tenant: "shop-a", Route: "create-order", Capacity: 200, RefillTokens: 100, RefillPeriodMs: 1000, Source: "ns/r"}, ""},
+		{"10 per minute", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.RefillPerSecond, s.Refill = nil, &v1alpha1.Refill{Tokens: 10, Period: metav1.Duration{Duration: time.Minute}}
+		}, Rule{Tenant: "shop-a", Route: "create-order", Capacity: 200, RefillTokens: 10, RefillPeriodMs: 60_000, Source: "ns/r"}, ""},
+		{"shadow, fail closed, hot key, regions", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Mode, s.FailureMode = v1alpha1.ModeShadow, v1alpha1.FailureClosed
+			s.HotKey = &v1alpha1.HotKey{Prefetch: v1alpha1.PrefetchAuto, ErrorBudgetPercent: 3, Shards: 4}
+			s.Regions = []v1alpha1.RegionShare{{Name: "eu", Percent: 70}, {Name: "us", Percent: 30}}
+		}, Rule{Tenant: "shop-a", Route: "create-order", Capacity: 200, RefillTokens: 100, RefillPeriodMs: 1000, Source: "ns/r",
+			Shadow: true, FailureMode: FailClosed, Prefetch: PrefetchAuto, ErrorBudgetPercent: 3, Shards: 4,
+			Regions: []RegionShare{{"eu", 70}, {"us", 30}}}, ""},
+		{"fixed batch", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.HotKey = &v1alpha1.HotKey{Prefetch: v1alpha1.PrefetchFixed, Batch: ptr.To[int32](50)}
+		}, Rule{Tenant: "shop-a", Route: "create-order", Capacity: 200, RefillTokens: 100, RefillPeriodMs: 1000, Source: "ns/r",
+			Prefetch: PrefetchFixed, Batch: 50}, ""},
+		{"no rate", func(s *v1alpha1.RateLimitRuleSpec) { s.RefillPerSecond = nil }, Rule{}, "exactly one"},
+		{"regions not adding up", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Regions = []v1alpha1.RegionShare{{Name: "eu", Percent: 70}}
+		}, Rule{}, "add up to 70"},
+		{"more shards than capacity", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Capacity, s.HotKey = 2, &v1alpha1.HotKey{Shards: 4}
+		}, Rule{}, "less than shards"},
+		{"unknown failure mode", func(s *v1alpha1.RateLimitRuleSpec) { s.FailureMode = "Maybe" }, Rule{}, "failureMode"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			spec := base()
+			c.mutate(&spec)
+			got, err := FromSpec(&spec, "ns/r")
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("error %v, want %q", err, c.err)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("got %+v, %v\nwant %+v", got, err, c.want)
+			}
+		})
+	}
+}
+
+func TestCompileConflicts(t *testing.T) {
+	mk := func(ns, name string, age time.Duration, tenant string) v1alpha1.RateLimitRule {
+		return v1alpha1.RateLimitRule{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, CreationTimestamp: metav1.NewTime(time.Unix(1e9, 0).Add(-age))},
+			Spec:       v1alpha1.RateLimitRuleSpec{Tenant: tenant, Route: "r", Capacity: 1, RefillPerSecond: ptr.To[int64](1)},
+		}
+	}
+	items := []v1alpha1.RateLimitRule{
+		mk("b", "young", time.Minute, "x"),
+		mk("a", "old", time.Hour, "x"),
+		mk("c", "tie-2", 0, "y"),
+		mk("c", "tie-1", 0, "y"),
+		mk("d", "alone", 0, "z"),
+	}
+	rules, verdicts := Compile(items)
+	if len(rules) != 3 {
+		t.Fatalf("%d rules, want 3", len(rules))
+	}
+	want := []struct {
+		accepted bool
+		winner   string
+	}{{false, "a/old"}, {true, ""}, {false, "c/tie-1"}, {true, ""}, {true, ""}}
+	for i, w := range want {
+		v := verdicts[i]
+		if v.Accepted != w.accepted || (w.winner != "" && !strings.Contains(v.Message, w.winner)) {
+			t.Errorf("%s: %+v, want accepted=%v winner %q", items[i].Name, v, w.accepted, w.winner)
+		}
+		if v.Accepted && v.Rule == nil {
+			t.Errorf("%s: accepted without a rule", items[i].Name)
+		}
+	}
+}
