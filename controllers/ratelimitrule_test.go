@@ -248,3 +248,12 @@ func resourceVersions(f *fixture) map[string]string {
 	}
 	return out
 }
+
+var _ = Describe("An empty cluster", func() {
+	It("still gets a (empty) snapshot, so gateways can become ready", func() {
+		f := newFixture()
+		Eventually(func(g Gomega) {
+			g.Expect(f.snapshot(g).Len()).To(Equal(0))
+		}, 20*time.Second).Should(Succeed())
+	})
+})

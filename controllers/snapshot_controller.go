@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
@@ -305,8 +307,15 @@ func (r *SnapshotReconciler) setupWithManager(mgr ctrl.Manager) error {
 		DeleteFunc:  func(e event.DeleteEvent) bool { return r.isShard(e.Object) },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+	// One pass at start, so a snapshot exists (possibly empty) even before
+	// the first rule: gateways become ready on it.
+	initial := source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		q.Add(key)
+		return nil
+	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("ratelimitrule-snapshot").
+		WatchesRawSource(initial).
 		// Status writes do not change generation; only spec changes, creates
 		// and deletes can change the snapshot.
 		Watches(&v1alpha1.RateLimitRule{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{})).

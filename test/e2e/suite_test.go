@@ -1,0 +1,296 @@
+// Package e2e runs tollgate as it runs in a cluster: a real kube-apiserver and
+// etcd (envtest), `tollgate controller` and three `tollgate gateway`
+// processes pointed at it as pods would be, a real redis-server, an echo
+// upstream, and the real kubectl. The specs carry the label "e2e":
+//
+//	go test ./test/e2e/ -ginkgo.label-filter=e2e -ginkgo.v
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
+)
+
+func TestE2E(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "tollgate end to end")
+}
+
+const namespace = "tollgate-system"
+
+var (
+	testEnv    *envtest.Environment
+	k8s        client.Client
+	kubeconfig string
+	binary     string
+	workDir    string
+	redisSrv   *redisProc
+	upstream   string
+	controller *proc
+	gateways   []*gatewayProc
+)
+
+var _ = BeforeSuite(func() {
+	workDir = GinkgoT().TempDir()
+	By("building bin/tollgate")
+	binary = filepath.Join(workDir, "tollgate")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Dir = envtestutil.RepoRoot()
+	out, err := build.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), string(out))
+
+	By("starting kube-apiserver and etcd")
+	testEnv, err = envtestutil.NewEnvironment()
+	Expect(err).NotTo(HaveOccurred())
+	cfg, err := testEnv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	scheme := runtime.NewScheme()
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
+	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	kubeconfig, err = envtestutil.WriteKubeconfig(testEnv, workDir)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})).To(Succeed())
+
+	By("starting redis-server and the upstream")
+	redisSrv = startRedis()
+	upstream = startUpstream()
+
+	By("starting the controller and three gateways")
+	controller = startController()
+	routes := filepath.Join(workDir, "routes.yaml")
+	Expect(os.WriteFile(routes, []byte(fmt.Sprintf(`routes:
+  - id: create-order
+    methods: [POST]
+    path: /orders
+    upstream: %[1]s
+  - id: list-orders
+    methods: [GET]
+    path: /orders
+    upstream: %[1]s
+`, upstream)), 0o644)).To(Succeed())
+	for i := range 3 {
+		gateways = append(gateways, startGateway(fmt.Sprintf("gw-%d", i+1), routes))
+	}
+	for _, g := range gateways {
+		g.waitReady()
+	}
+})
+
+var _ = AfterSuite(func() {
+	for _, g := range gateways {
+		g.stop()
+	}
+	if controller != nil {
+		controller.stop()
+	}
+	if redisSrv != nil {
+		redisSrv.stop()
+	}
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
+})
+
+// proc is a child process whose output goes to a log file.
+type proc struct {
+	name string
+	args []string
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited
+	log  string
+}
+
+func startProc(name, bin string, args ...string) *proc {
+	p := &proc{name: name, args: args, log: filepath.Join(workDir, name+".log")}
+	p.start(bin)
+	return p
+}
+
+func (p *proc) start(bin string) {
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	Expect(err).NotTo(HaveOccurred())
+	p.cmd = exec.Command(bin, p.args...)
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	Expect(p.cmd.Start()).To(Succeed())
+	done := make(chan struct{})
+	p.done = done
+	go func(cmd *exec.Cmd) { _ = cmd.Wait(); f.Close(); close(done) }(p.cmd)
+}
+
+// stop sends SIGTERM and waits, killing after 10s.
+func (p *proc) stop() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.cmd = nil
+}
+
+// logTail returns the end of the process's log, for failure messages.
+func (p *proc) logTail() string {
+	b, _ := os.ReadFile(p.log)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+func freePort() int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// redisProc is a redis-server that specs stop and start again on its port.
+type redisProc struct {
+	*proc
+	port int
+}
+
+func startRedis() *redisProc {
+	port := freePort()
+	r := &redisProc{port: port}
+	r.proc = &proc{name: "redis", log: filepath.Join(workDir, "redis.log"),
+		args: []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workDir}}
+	r.start()
+	return r
+}
+
+func (r *redisProc) addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
+
+func (r *redisProc) start() {
+	bin, err := exec.LookPath("redis-server")
+	Expect(err).NotTo(HaveOccurred(), "redis-server is missing: run hack/install-deps.sh")
+	r.proc.start(bin)
+	Eventually(func() error {
+		c, err := net.Dial("tcp", r.addr())
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}, 10*time.Second, 20*time.Millisecond).Should(Succeed())
+}
+
+func (r *redisProc) kill() {
+	_ = r.cmd.Process.Kill()
+	<-r.done
+	r.cmd = nil
+}
+
+func startUpstream() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "%s %s\n", r.Method, r.URL.Path)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	DeferCleanup(srv.Close)
+	return "http://" + ln.Addr().String()
+}
+
+func startController() *proc {
+	probe := freePort()
+	p := startProc("controller", binary, "controller", "--kubeconfig", kubeconfig, "--snapshot-namespace", namespace,
+		"--leader-elect=false", "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort()),
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probe), "--log-level", "debug")
+	Eventually(func() int { return httpStatus(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe)) }, 30*time.Second).Should(Equal(200), p.logTail)
+	return p
+}
+
+// controllerMetricsAddr is the controller's --metrics-bind-address.
+func controllerMetricsAddr() string {
+	for i, a := range controller.args {
+		if a == "--metrics-bind-address" {
+			return controller.args[i+1]
+		}
+	}
+	return ""
+}
+
+// gatewayProc is one gateway replica.
+type gatewayProc struct {
+	*proc
+	url, admin string
+}
+
+func startGateway(name, routes string) *gatewayProc {
+	listen, admin := fmt.Sprintf("127.0.0.1:%d", freePort()), fmt.Sprintf("127.0.0.1:%d", freePort())
+	p := startProc(name, binary, "gateway", "--kubeconfig", kubeconfig, "--snapshot-namespace", namespace,
+		"--routes", routes, "--redis-addr", redisSrv.addr(), "--listen", listen, "--admin-listen", admin,
+		"--pod-name", name, "--lease-duration", "3s",
+		// A generous deadline: a shared test machine must not turn a slow
+		// Redis answer into a local decision where the spec counts exactly.
+		"--redis-timeout", "2s", "--breaker-open-for", "200ms")
+	return &gatewayProc{proc: p, url: "http://" + listen, admin: "http://" + admin}
+}
+
+func (g *gatewayProc) waitReady() {
+	Eventually(func() int { return httpStatus(g.admin + "/readyz") }, 30*time.Second).Should(Equal(200), g.logTail)
+}
+
+func httpStatus(url string) int {
+	res, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// metric returns the sum of the series of name whose labels contain every
+// given label="value" pair, from a /metrics URL.
+func metric(url, name string, labels ...string) float64 {
+	res, err := http.Get(url)
+	if err != nil {
+		return -1
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	var sum float64
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != '{' && line[len(name)] != ' ') {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(line, l)
+		}
+		if ok {
+			var v float64
+			fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
+			sum += v
+		}
+	}
+	return sum
+}
