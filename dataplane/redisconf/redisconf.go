@@ -144,6 +144,10 @@ func (o *Options) NewClient() (redis.UniversalClient, error) {
 		u.DialTimeout = o.DialTimeout
 		u.ContextTimeoutEnabled = true
 		u.MaxRetries = -1
+		// Waiting for a pooled connection is bounded by each call's own
+		// deadline (--redis-timeout for decisions); the pool's own, shorter
+		// default would fail calls that still had time.
+		u.PoolTimeout = 30 * time.Second
 		// A refused connection fails at once instead of after five dial
 		// attempts 100ms apart: the breaker, not the pool, decides when to
 		// try again.
