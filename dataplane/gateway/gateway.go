@@ -16,6 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -25,6 +28,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/membership"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/proxy"
+	"github.com/tollgate-dev/tollgate/dataplane/rls"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
 	"github.com/tollgate-dev/tollgate/dataplane/rules"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
@@ -48,9 +52,13 @@ type Gateway struct {
 	batcher  *limiter.Batcher
 	failover *limiter.Failover
 	engine   *decision.Engine
-	handler  *proxy.Handler
+	handler  *proxy.Handler // nil without --routes (rate limit service only)
 
-	proxyLn, adminLn net.Listener
+	rls        *rls.Server         // nil without --rls-listen
+	rlsDomains *rls.DomainsWatcher // nil without --rls-domains
+	health     *health.Server
+
+	proxyLn, adminLn, rlsLn net.Listener
 	listening        atomic.Bool
 	stopping         atomic.Bool
 }
@@ -84,20 +92,56 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 	g.engine = decision.New(decision.Options{
 		Rules: g.store, Limiter: lim, Region: opts.Region, Replicas: g.members.Replicas,
 	})
-	g.handler = proxy.New(proxy.Options{
-		Routes: g.routes.Current, Decider: g.engine, Identity: resolver,
-		Metrics: g.metrics, IETFHeaders: opts.IETFHeaders, Logger: log.WithName("proxy"),
-	})
-	if g.proxyLn, err = net.Listen("tcp", opts.Listen); err != nil {
-		return nil, fmt.Errorf("--listen: %w", err)
+	if g.routes != nil {
+		g.handler = proxy.New(proxy.Options{
+			Routes: g.routes.Current, Decider: g.engine, Identity: resolver,
+			Metrics: g.metrics, IETFHeaders: opts.IETFHeaders, Logger: log.WithName("proxy"),
+		})
 	}
-	if opts.AdminListen != "" {
-		if g.adminLn, err = net.Listen("tcp", opts.AdminListen); err != nil {
-			g.proxyLn.Close()
-			return nil, fmt.Errorf("--admin-listen: %w", err)
+	if opts.RLSListen != "" {
+		rlsOpts := rls.Options{
+			Decider: g.engine, Region: opts.Region, Metrics: g.metrics,
+			IETFHeaders: opts.IETFHeaders, Logger: log.WithName("rls"),
 		}
+		if g.rlsDomains != nil {
+			rlsOpts.Domains = g.rlsDomains.Current
+		}
+		g.rls = rls.New(rlsOpts)
+	}
+	if err := g.listen(); err != nil {
+		return nil, err
 	}
 	return g, nil
+}
+
+// listen binds the proxy, rate limit service and admin listeners.
+func (g *Gateway) listen() error {
+	var err error
+	closeAll := func() {
+		for _, ln := range []net.Listener{g.proxyLn, g.rlsLn, g.adminLn} {
+			if ln != nil {
+				ln.Close()
+			}
+		}
+	}
+	if g.handler != nil {
+		if g.proxyLn, err = net.Listen("tcp", g.opts.Listen); err != nil {
+			return fmt.Errorf("--listen: %w", err)
+		}
+	}
+	if g.rls != nil {
+		if g.rlsLn, err = net.Listen("tcp", g.opts.RLSListen); err != nil {
+			closeAll()
+			return fmt.Errorf("--rls-listen: %w", err)
+		}
+	}
+	if g.opts.AdminListen != "" {
+		if g.adminLn, err = net.Listen("tcp", g.opts.AdminListen); err != nil {
+			closeAll()
+			return fmt.Errorf("--admin-listen: %w", err)
+		}
+	}
+	return nil
 }
 
 // loadFiles loads routes, API keys and (standalone) rules.
@@ -109,13 +153,25 @@ func (g *Gateway) loadFiles() error {
 		}
 	}
 	var err error
-	g.routes, err = routes.NewWatcher(g.opts.RoutesFile, routes.WatcherOptions{
-		Interval: g.opts.ReloadInterval,
-		OnReload: func(t *routes.Table) { g.log.Info("routes reloaded", "routes", t.Len()) },
-		OnError:  reloadErr("routes"),
-	})
-	if err != nil {
-		return fmt.Errorf("--routes: %w", err)
+	if g.opts.RoutesFile != "" {
+		g.routes, err = routes.NewWatcher(g.opts.RoutesFile, routes.WatcherOptions{
+			Interval: g.opts.ReloadInterval,
+			OnReload: func(t *routes.Table) { g.log.Info("routes reloaded", "routes", t.Len()) },
+			OnError:  reloadErr("routes"),
+		})
+		if err != nil {
+			return fmt.Errorf("--routes: %w", err)
+		}
+	}
+	if g.opts.RLSDomainsFile != "" {
+		g.rlsDomains, err = rls.NewDomainsWatcher(g.opts.RLSDomainsFile, rls.WatcherOptions{
+			Interval: g.opts.ReloadInterval,
+			OnReload: func(ds *rls.Domains) { g.log.Info("rate limit domains reloaded", "domains", ds.Len()) },
+			OnError:  reloadErr("rls-domains"),
+		})
+		if err != nil {
+			return fmt.Errorf("--rls-domains: %w", err)
+		}
 	}
 	if g.opts.APIKeysFile != "" {
 		g.keys, err = identity.NewMappedWatcher(g.opts.APIKeysFile, identity.WatcherOptions{
@@ -215,7 +271,7 @@ func (g *Gateway) buildLimiter() (limiter.Limiter, error) {
 	var taker limiter.Taker
 	var stats func() (int64, int64, int64)
 	if g.opts.Batching {
-		g.batcher = limiter.NewBatcher(client, limiter.BatcherOptions{Workers: g.opts.Pipelines})
+		g.batcher = limiter.NewBatcher(client, limiter.BatcherOptions{Workers: g.opts.Pipelines, ExecTimeout: max(time.Second, 2*g.opts.RedisTimeout)})
 		taker, stats = g.batcher, g.batcher.Stats
 	} else {
 		r := limiter.NewRedis(client)
@@ -240,8 +296,22 @@ func (g *Gateway) buildLimiter() (limiter.Limiter, error) {
 	return g.failover, nil
 }
 
-// Addr is the proxy's listening address.
-func (g *Gateway) Addr() string { return g.proxyLn.Addr().String() }
+// Addr is the proxy's listening address ("" without --routes).
+func (g *Gateway) Addr() string {
+	if g.proxyLn == nil {
+		return ""
+	}
+	return g.proxyLn.Addr().String()
+}
+
+// RLSAddr is the rate limit service's listening address ("" without
+// --rls-listen).
+func (g *Gateway) RLSAddr() string {
+	if g.rlsLn == nil {
+		return ""
+	}
+	return g.rlsLn.Addr().String()
+}
 
 // AdminAddr is the admin listener's address ("" when disabled).
 func (g *Gateway) AdminAddr() string {
@@ -296,7 +366,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	defer func() {
 		cancelBG()
 		wg.Wait()
-		g.handler.Close()
+		if g.handler != nil {
+			g.handler.Close()
+		}
 		if g.batcher != nil {
 			g.batcher.Close()
 		}
@@ -304,7 +376,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 			_ = g.redis.Close()
 		}
 	}()
-	goRun(g.routes.Run)
+	if g.routes != nil {
+		goRun(g.routes.Run)
+	}
+	if g.rlsDomains != nil {
+		goRun(g.rlsDomains.Run)
+	}
 	if g.failover != nil {
 		goRun(g.failover.Run)
 	}
@@ -329,22 +406,41 @@ func (g *Gateway) Run(ctx context.Context) error {
 		})
 	}
 
-	srv := &http.Server{
-		Handler:           g.handler,
-		ReadHeaderTimeout: g.opts.ReadHeaderTimout,
-		IdleTimeout:       g.opts.IdleTimeout,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          nil,
+	errc := make(chan error, 3)
+	var srv *http.Server
+	if g.handler != nil {
+		srv = &http.Server{
+			Handler:           g.handler,
+			ReadHeaderTimeout: g.opts.ReadHeaderTimout,
+			IdleTimeout:       g.opts.IdleTimeout,
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          nil,
+		}
+		go func() { errc <- srv.Serve(g.proxyLn) }()
 	}
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(g.proxyLn) }()
+	var gs *grpc.Server
+	if g.rls != nil {
+		// Health reports NOT_SERVING until Ready, like /readyz.
+		g.health = health.NewServer()
+		g.setHealth()
+		gs = rls.NewGRPCServer(g.rls, g.health)
+		go func() {
+			if err := gs.Serve(g.rlsLn); err != nil {
+				errc <- err
+			}
+		}()
+		goRun(g.followHealth)
+	}
 	var admin *http.Server
 	if g.adminLn != nil {
 		admin = &http.Server{Handler: g.adminMux(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- admin.Serve(g.adminLn) }()
 	}
 	g.listening.Store(true)
-	g.log.Info("gateway serving", "listen", g.Addr(), "admin", g.AdminAddr(), "limiter", g.opts.Limiter,
+	if g.health != nil {
+		g.setHealth()
+	}
+	g.log.Info("gateway serving", "listen", g.Addr(), "rls", g.RLSAddr(), "admin", g.AdminAddr(), "limiter", g.opts.Limiter,
 		"redis", g.opts.Redis.String(), "replicas", g.members.Replicas())
 
 	var err error
@@ -356,13 +452,23 @@ func (g *Gateway) Run(ctx context.Context) error {
 	// Not ready from now on, so a load balancer stops sending new requests
 	// while in-flight ones finish.
 	g.stopping.Store(true)
+	if g.health != nil {
+		g.health.Shutdown() // NOT_SERVING from now on
+	}
 	g.log.Info("shutting down", "grace", g.opts.ShutdownGrace)
 	sctx, cancel := context.WithTimeout(context.Background(), g.opts.ShutdownGrace)
 	defer cancel()
-	if serr := srv.Shutdown(sctx); serr != nil {
-		g.log.Error(serr, "in-flight requests cut off at the end of the grace period")
-		_ = srv.Close()
+	var drain sync.WaitGroup
+	if gs != nil {
+		drain.Go(func() { g.stopGRPC(sctx, gs) })
 	}
+	if srv != nil {
+		if serr := srv.Shutdown(sctx); serr != nil {
+			g.log.Error(serr, "in-flight requests cut off at the end of the grace period")
+			_ = srv.Close()
+		}
+	}
+	drain.Wait()
 	if admin != nil {
 		_ = admin.Close()
 	}
@@ -370,6 +476,47 @@ func (g *Gateway) Run(ctx context.Context) error {
 		err = nil
 	}
 	return err
+}
+
+// stopGRPC stops the rate limit service gracefully: no new calls, calls in
+// flight finish until ctx ends; then the rest is cut off.
+func (g *Gateway) stopGRPC(ctx context.Context, gs *grpc.Server) {
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		g.log.Error(ctx.Err(), "rate limit calls cut off at the end of the grace period")
+		gs.Stop()
+		<-done
+	}
+}
+
+// followHealth keeps the gRPC health status in step with Ready until ctx
+// ends.
+func (g *Gateway) followHealth(ctx context.Context) {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			g.setHealth()
+		}
+	}
+}
+
+// setHealth reports SERVING for the whole server ("") and the rate limit
+// service when the gateway is Ready (a rule snapshot is loaded), else
+// NOT_SERVING. After Shutdown the health server ignores it.
+func (g *Gateway) setHealth() {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if g.Ready() {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	g.health.SetServingStatus("", st)
+	g.health.SetServingStatus(rls.ServiceName, st)
 }
 
 // adminMux serves metrics, probes and, opted in, pprof.

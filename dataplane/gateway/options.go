@@ -27,6 +27,9 @@ type Options struct {
 	AdminListen string
 	Pprof       bool
 
+	RLSListen      string
+	RLSDomainsFile string
+
 	RoutesFile  string
 	RulesPath   string
 	APIKeysFile string
@@ -69,7 +72,15 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.AdminListen, "admin-listen", ":9090", "Address of /metrics, /healthz and /readyz; \"\" disables it.")
 	fs.BoolVar(&o.Pprof, "pprof", false, "Serve /debug/pprof/ on the admin address.")
 
-	fs.StringVar(&o.RoutesFile, "routes", "", "Route file (YAML): id, methods, path or pathPrefix, upstream per route. Reloaded on change. Required.")
+	fs.StringVar(&o.RLSListen, "rls-listen", "",
+		"Address of the Envoy rate limit service (gRPC envoy.service.ratelimit.v3.RateLimitService, with grpc.health.v1 for probes), e.g. :8081; \"\" disables it. "+
+			"Envoy, Istio and other Envoy-based gateways then use tollgate as their global rate limit service, with the same rules, buckets and metrics as the proxy. "+
+			"With it --routes may be left out: the gateway then serves only the rate limit service (no HTTP proxy, --listen unused).")
+	fs.StringVar(&o.RLSDomainsFile, "rls-domains", "",
+		"With --rls-listen: rate limit domains (YAML: domains: [{name, tenantKey, routeKey, defaultRoute}]), reloaded on change; requests for other domains are then refused (InvalidArgument). "+
+			"Default: every domain takes the tenant from the descriptor entry \"tenant\" and the route from \"route\".")
+
+	fs.StringVar(&o.RoutesFile, "routes", "", "Route file (YAML): id, methods, path or pathPrefix, upstream per route. Reloaded on change. Required, unless --rls-listen is set (then without it no HTTP proxy runs).")
 	fs.StringVar(&o.RulesPath, "rules", "",
 		"Standalone mode: a RateLimitRule manifest file or directory (the YAML users kubectl apply), reloaded on change. "+
 			"Without it the gateway reads the controller's snapshot ConfigMaps from Kubernetes.")
@@ -113,8 +124,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate checks the options.
 func (o *Options) Validate() error {
 	switch {
-	case o.RoutesFile == "":
-		return fmt.Errorf("--routes is required")
+	case o.RoutesFile == "" && o.RLSListen == "":
+		return fmt.Errorf("--routes is required (or --rls-listen, to serve only the Envoy rate limit service)")
+	case o.RLSDomainsFile != "" && o.RLSListen == "":
+		return fmt.Errorf("--rls-domains needs --rls-listen")
 	case o.DefaultCapacity < 1 || o.DefaultCapacity > snapshot.MaxCapacity:
 		return fmt.Errorf("--default-capacity must be in [1, %d]", snapshot.MaxCapacity)
 	case o.DefaultRefillPerSecond < 1 || o.DefaultRefillPerSecond > snapshot.MaxRefillTokens:

@@ -1,12 +1,11 @@
 package proxy
 
 import (
-	"math"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/dataplane/limitheaders"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -37,17 +36,15 @@ var ownHeaders = []string{headerLimit, headerRemaining, headerIETF, headerIETFPo
 //
 //	RateLimit-Policy: "create-order";q=200;w=2
 //	RateLimit: "create-order";r=150;t=1
+//
+// The values are formatted by package limitheaders, shared with the Envoy
+// rate limit service.
 func setLimitHeaders(h http.Header, route string, rule *snapshot.Rule, d limiter.Decision, ietf bool) {
-	remaining := d.Remaining
-	if !d.Allowed {
-		remaining = 0
-	}
 	h[headerLimit] = []string{strconv.FormatInt(d.Limit, 10)}
-	h[headerRemaining] = []string{strconv.FormatInt(remaining, 10)}
+	h[headerRemaining] = []string{strconv.FormatInt(limitheaders.RemainingOf(d), 10)}
 	if ietf {
-		window := int64(math.Ceil(float64(rule.Capacity) / rule.RatePerSecond()))
-		h[headerIETFPolicy] = []string{`"` + route + `";q=` + strconv.FormatInt(d.Limit, 10) + ";w=" + strconv.FormatInt(window, 10)}
-		h[headerIETF] = []string{`"` + route + `";r=` + strconv.FormatInt(remaining, 10) + ";t=" + strconv.FormatInt(ceilSeconds(d.ResetAfter), 10)}
+		h[headerIETFPolicy] = []string{limitheaders.Policy(route, rule, d)}
+		h[headerIETF] = []string{limitheaders.State(route, d)}
 	}
 }
 
@@ -55,12 +52,7 @@ func setLimitHeaders(h http.Header, route string, rule *snapshot.Rule, d limiter
 // enough tokens exist, rounded up, at least 1. A request that can never pass
 // (cost above capacity) gets none.
 func setRetryAfter(h http.Header, d limiter.Decision) {
-	if d.RetryAfter < 0 {
-		return
+	if s, ok := limitheaders.RetryAfterSeconds(d); ok {
+		h[headerRetryAfter] = []string{strconv.FormatInt(s, 10)}
 	}
-	h[headerRetryAfter] = []string{strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10)}
-}
-
-func ceilSeconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
 }
