@@ -55,7 +55,10 @@ var _ = BeforeSuite(func() {
 	workDir = GinkgoT().TempDir()
 	By("building bin/tollgate")
 	binary = filepath.Join(workDir, "tollgate")
-	build := exec.Command("go", "build", "-o", binary, ".")
+	// The image's build flags (Makefile GO_BUILD_FLAGS, Dockerfile), so the
+	// build cache of the Dockerfile test serves this build too.
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", binary, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Dir = envtestutil.RepoRoot()
 	out, err := build.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), string(out))
