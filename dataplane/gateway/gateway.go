@@ -59,8 +59,8 @@ type Gateway struct {
 	health     *health.Server
 
 	proxyLn, adminLn, rlsLn net.Listener
-	listening        atomic.Bool
-	stopping         atomic.Bool
+	listening               atomic.Bool
+	stopping                atomic.Bool
 }
 
 // New builds a gateway: it loads the route, rule and key files (failing on

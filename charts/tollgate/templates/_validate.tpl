@@ -37,4 +37,14 @@ a crash-looping pod. Included once, from gateway-deployment.yaml.
 {{- fail (printf "gateway.routes[%d] (%s): stripPrefix needs pathPrefix" $i $route.id) }}
 {{- end }}
 {{- end }}
+{{- $domains := dict }}
+{{- range $i, $d := .Values.gateway.rls.domains }}
+{{- if hasKey $domains $d.name }}
+{{- fail (printf "gateway.rls.domains[%d]: name %q is listed twice" $i $d.name) }}
+{{- end }}
+{{- $_ := set $domains $d.name true }}
+{{- if eq (default "tenant" $d.tenantKey) (default "route" $d.routeKey) }}
+{{- fail (printf "gateway.rls.domains[%d] (%s): tenantKey and routeKey must differ" $i $d.name) }}
+{{- end }}
+{{- end }}
 {{- end }}

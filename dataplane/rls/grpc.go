@@ -1,0 +1,46 @@
+package rls
+
+import (
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+)
+
+// ServiceName is the gRPC service this package serves; the health service
+// reports it too.
+const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// maxRecvMsgSize bounds one request: 64 descriptors of 32 entries fit easily.
+const maxRecvMsgSize = 1 << 20
+
+// NewGRPCServer returns a gRPC server serving s and, when h is not nil, the
+// standard health service (grpc.health.v1) for Kubernetes gRPC probes.
+//
+// Keepalive suits Envoy, which keeps one long-lived HTTP/2 connection per
+// upstream host: clients may ping every 5s, also without calls in flight
+// (Envoy's connection_keepalive); the server pings a connection idle for a
+// minute and drops it if the ping is not answered in 20s. Connections are
+// recycled after 10 minutes (a GOAWAY, with 30s for calls in flight), so
+// clients spread over new gateway replicas after a scale-up.
+func NewGRPCServer(s *Server, h *health.Server, extra ...grpc.ServerOption) *grpc.Server {
+	opts := append([]grpc.ServerOption{
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:                  time.Minute,
+			Timeout:               20 * time.Second,
+			MaxConnectionAge:      10 * time.Minute,
+			MaxConnectionAgeGrace: 30 * time.Second,
+		}),
+		grpc.MaxRecvMsgSize(maxRecvMsgSize),
+	}, extra...)
+	gs := grpc.NewServer(opts...)
+	rlsv3.RegisterRateLimitServiceServer(gs, s)
+	if h != nil {
+		healthgrpc.RegisterHealthServer(gs, h)
+	}
+	return gs
+}

@@ -1,0 +1,274 @@
+// Package rls serves Envoy's rate limit protocol
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit), so Envoy,
+// Istio and other Envoy-based gateways can use tollgate as their global rate
+// limit service. It decides through the same decision engine as the HTTP
+// proxy: the same rules, Redis script, fallback, prefetch and metrics.
+//
+// A request's domain selects how its descriptors map to a tenant and a route
+// (Domains, Domains.Map); every descriptor is one decision, for its tenant
+// and route, of its hits_addend tokens. The overall code is OVER_LIMIT when
+// any descriptor is. As in Envoy's reference service, every descriptor is
+// decided, so the ones before an over-limit descriptor still take their
+// tokens.
+package rls
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/dataplane/limitheaders"
+	"github.com/tollgate-dev/tollgate/dataplane/metrics"
+	"github.com/tollgate-dev/tollgate/internal/ratelog"
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
+)
+
+// logInterval bounds the logs of refused requests and limiter errors: at
+// most one line per message per interval.
+const logInterval = 10 * time.Second
+
+// Decider makes one rate limit decision; decision.Engine implements it.
+type Decider interface {
+	Decide(ctx context.Context, tenant, route string, cost int64) (limiter.Decision, *snapshot.Rule, error)
+}
+
+// Options configure a Server. Decider is required.
+type Options struct {
+	// Decider decides for a tenant and route; with a limiter.Failover
+	// underneath it never returns errors.
+	Decider Decider
+	// Domains returns the current domain configuration; called once per
+	// request. nil, or a nil or empty result, maps every domain with the
+	// default keys "tenant" and "route".
+	Domains func() *Domains
+	// Region is the gateway's region (--region): a rule split between
+	// regions is reported at this region's share.
+	Region string
+	// Metrics, if set, counts decisions in tollgate_gateway_decisions_total
+	// with route label "rls:<domain>" for configured domains and "rls"
+	// without a domain configuration: never a tenant or descriptor value.
+	Metrics *metrics.Gateway
+	// IETFHeaders adds the IETF RateLimit and RateLimit-Policy headers.
+	IETFHeaders bool
+	// Logger receives rate-limited logs of refused requests and limiter
+	// errors.
+	Logger logr.Logger
+}
+
+// Server implements rlsv3.RateLimitServiceServer. Safe for concurrent use.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	opts     Options
+	log      *ratelog.Logger
+	counters sync.Map // route label → *counterSet
+}
+
+// New returns a Server.
+func New(opts Options) *Server {
+	return &Server{opts: opts, log: ratelog.New(opts.Logger, logInterval)}
+}
+
+var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
+
+// decided is one descriptor's decision.
+type decided struct {
+	t      Target
+	d      limiter.Decision
+	rule   *snapshot.Rule
+	over   bool // enforced rejection: OVER_LIMIT
+	shadow bool // a Shadow rule would have rejected
+}
+
+// ShouldRateLimit decides every descriptor of req. A malformed request is
+// refused whole with codes.InvalidArgument before any decision; a limiter
+// error (only without a failure mode underneath) is codes.Unavailable, which
+// Envoy treats according to its failure_mode_deny.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	var ds *Domains
+	if s.opts.Domains != nil {
+		ds = s.opts.Domains()
+	}
+	targets, dom, err := ds.Map(req)
+	if err != nil {
+		s.log.Info("refused an invalid rate limit request", "error", err.Error())
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	var one [1]decided
+	results := one[:0]
+	if len(targets) > 1 {
+		results = make([]decided, 0, len(targets))
+	}
+	counters := s.countersFor(dom.label)
+	for _, t := range targets {
+		d, rule, err := s.opts.Decider.Decide(ctx, t.Tenant, t.Route, t.Cost)
+		if err != nil {
+			s.log.Error(err, "limiter failed", "route", dom.label)
+			return nil, status.Error(codes.Unavailable, "rate limiter unavailable")
+		}
+		if rule == nil {
+			return nil, status.Error(codes.Internal, "no rule for a decision")
+		}
+		r := decided{t: t, d: d, rule: rule}
+		result := resultAllowed
+		switch {
+		case d.Allowed:
+		case rule.Shadow:
+			r.shadow, result = true, resultShadow
+		default:
+			r.over, result = true, resultRejected
+		}
+		counters.inc(result, d.Source)
+		results = append(results, r)
+	}
+	return s.response(results), nil
+}
+
+// response builds the answer from the decisions.
+func (s *Server) response(results []decided) *rlsv3.RateLimitResponse {
+	res := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(results)),
+	}
+	var (
+		tightest   = -1  // the most constrained descriptor
+		retry      int64 // the largest Retry-After of over-limit descriptors
+		retryNever bool  // an over-limit descriptor can never pass
+		shadow     bool
+	)
+	for i := range results {
+		r := &results[i]
+		code := rlsv3.RateLimitResponse_OK
+		if r.over {
+			code = rlsv3.RateLimitResponse_OVER_LIMIT
+			res.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			if sec, ok := limitheaders.RetryAfterSeconds(r.d); ok {
+				retry = max(retry, sec)
+			} else {
+				retryNever = true
+			}
+		}
+		shadow = shadow || r.shadow
+		res.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{
+			Code:               code,
+			CurrentLimit:       s.currentLimit(r),
+			LimitRemaining:     clampUint32(limitheaders.RemainingOf(r.d)),
+			DurationUntilReset: durationpb.New(max(0, r.d.ResetAfter)),
+		}
+		if tightest < 0 || tighter(r, &results[tightest]) {
+			tightest = i
+		}
+	}
+
+	t := &results[tightest]
+	remaining := limitheaders.RemainingOf(t.d)
+	if res.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		remaining = 0
+	}
+	hs := make([]*corev3.HeaderValue, 0, 6)
+	add := func(k, v string) { hs = append(hs, &corev3.HeaderValue{Key: k, Value: v}) }
+	add(limitheaders.Limit, strconv.FormatInt(t.d.Limit, 10))
+	add(limitheaders.Remaining, strconv.FormatInt(remaining, 10))
+	if s.opts.IETFHeaders {
+		policy := make([]string, len(results))
+		state := make([]string, len(results))
+		for i := range results {
+			policy[i] = limitheaders.Policy(results[i].t.Route, results[i].rule, results[i].d)
+			state[i] = limitheaders.State(results[i].t.Route, results[i].d)
+		}
+		add(limitheaders.IETFPolicy, strings.Join(policy, ", "))
+		add(limitheaders.IETF, strings.Join(state, ", "))
+	}
+	if res.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && !retryNever {
+		add(limitheaders.RetryAfter, strconv.FormatInt(retry, 10))
+	}
+	if shadow {
+		add(limitheaders.Shadow, limitheaders.WouldReject)
+	}
+	res.ResponseHeadersToAdd = hs
+	return res
+}
+
+// tighter reports whether a constrains the request more than b: over the
+// limit first, then fewer tokens left, then the smaller limit.
+func tighter(a, b *decided) bool {
+	if a.over != b.over {
+		return a.over
+	}
+	ra, rb := limitheaders.RemainingOf(a.d), limitheaders.RemainingOf(b.d)
+	if ra != rb {
+		return ra < rb
+	}
+	return a.d.Limit < b.d.Limit
+}
+
+// currentLimit reports the rule's refill rate (this region's share of it)
+// as requests per unit; see RateUnit.
+func (s *Server) currentLimit(r *decided) *rlsv3.RateLimitResponse_RateLimit {
+	tokens, period := r.rule.RefillTokens, r.rule.RefillPeriodMs
+	if pct, ok := r.rule.Share(s.opts.Region); ok {
+		tokens, period = tokens*int64(pct), period*100
+	}
+	n, unit := RateUnit(tokens, period)
+	return &rlsv3.RateLimitResponse_RateLimit{Name: r.t.Route, RequestsPerUnit: n, Unit: unit}
+}
+
+func clampUint32(v int64) uint32 {
+	return uint32(min(max(v, 0), math.MaxUint32))
+}
+
+// Decision results, indexes of counterSet.
+const (
+	resultAllowed = iota
+	resultRejected
+	resultShadow
+	numResults
+)
+
+var resultNames = [numResults]string{metrics.ResultAllowed, metrics.ResultRejected, metrics.ResultShadowRejected}
+
+// numSources is the number of limiter.Source values.
+const numSources = int(limiter.SourceFailClosed) + 1
+
+// counterSet holds the decision counters of one route label, resolved once.
+type counterSet struct {
+	c [numResults][numSources]prometheus.Counter
+}
+
+func (c *counterSet) inc(result int, src limiter.Source) {
+	if c == nil || int(src) >= numSources {
+		return
+	}
+	c.c[result][src].Inc()
+}
+
+// countersFor returns the counters of a route label; nil without metrics.
+// Labels come only from the domain configuration, so their number is
+// bounded.
+func (s *Server) countersFor(label string) *counterSet {
+	if s.opts.Metrics == nil {
+		return nil
+	}
+	if c, ok := s.counters.Load(label); ok {
+		return c.(*counterSet)
+	}
+	c := &counterSet{}
+	for r := range numResults {
+		for src := range numSources {
+			c.c[r][src] = s.opts.Metrics.Decisions.WithLabelValues(label, resultNames[r], limiter.Source(src).String())
+		}
+	}
+	actual, _ := s.counters.LoadOrStore(label, c)
+	return actual.(*counterSet)
+}
