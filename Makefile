@@ -73,6 +73,14 @@ envtest: ## Provide kube-apiserver, etcd and kubectl for tests (prints their dir
 bench-publish: ## Controller snapshot publish time at 20,000 and 100,000 rules.
 	go test -run '^$$' -bench Publish -benchtime 3x ./controllers/
 
+.PHONY: bench
+bench: ## Benchmark report (under 10 min): .bench/report.md, results.json, plots.
+	go run ./hack/bench -out .bench
+
+.PHONY: bench-quick
+bench-quick: ## Every benchmark scenario briefly (1-2 min): checks the harness.
+	go run ./hack/bench -quick -out .bench/quick
+
 $(CONTROLLER_GEN):
 	GOBIN=$(LOCALBIN) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(LOCALBIN)/controller-gen $@

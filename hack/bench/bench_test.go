@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
+)
+
+// TestQuickRunProducesReport runs the whole harness in quick mode into a
+// temporary directory and checks that it produces a parseable results.json,
+// report.md and plots. It asserts no speed: it keeps the harness from
+// rotting.
+//
+// Needs redis-server and the envtest binaries (kube-apiserver and etcd, for
+// the propagation and scale scenarios; hack/envtest.sh provides them) and
+// builds tollgate (into its temporary directory). About two minutes on two cores with a warm build
+// cache; skipped with -short.
+func TestQuickRunProducesReport(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs every benchmark scenario briefly (redis-server, envtest, gateway processes); skipped with -short")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redis-server is needed (hack/install-deps.sh installs it): %v", err)
+	}
+	out := t.TempDir()
+	cfg, err := parseFlags([]string{"-quick", "-out", out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.buildTo = filepath.Join(out, "tollgate")
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	t.Cleanup(func() { runCleanups(); killAll() })
+	if err := run(ctx, cfg); err != nil {
+		t.Fatalf("quick run: %v\nreport:\n%s", err, readFile(filepath.Join(out, "report.md")))
+	}
+
+	var res Results
+	if err := json.Unmarshal([]byte(readFile(filepath.Join(out, "results.json"))), &res); err != nil {
+		t.Fatalf("results.json: %v", err)
+	}
+	if res.Meta.Mode != "quick" || len(res.Errors) > 0 {
+		t.Fatalf("mode %q, errors %v", res.Meta.Mode, res.Errors)
+	}
+	switch {
+	case res.Latency == nil || len(res.Latency.Steps) != 3:
+		t.Error("latency: want three rates")
+	case res.Throughput == nil || len(res.Throughput.Modes) != 4:
+		t.Error("throughput: want four limiter modes")
+	case res.RedisCost == nil || len(res.RedisCost.Modes) != 3:
+		t.Error("redis cost: want three Redis modes")
+	case res.Accuracy == nil || len(res.Accuracy.Cases) != 9:
+		t.Error("accuracy: want 3 cases x 3 instance counts")
+	case res.Outage == nil || res.Outage.During == nil || res.Outage.During.Sent == 0:
+		t.Error("outage: no traffic during the outage")
+	case res.Propagation == nil || res.Propagation.Changes != 3:
+		t.Error("propagation: want three changes")
+	case res.Scale == nil || res.Scale.RedisBytesPerBkt <= 0 || res.Scale.RSS <= 0 || res.Scale.PublishSeconds <= 0:
+		t.Error("scale: missing figures")
+	}
+	if len(res.Targets) == 0 {
+		t.Error("no target checks")
+	}
+	report := readFile(filepath.Join(out, "report.md"))
+	for _, want := range []string{"DESIGN.md §6 targets", "## 1. Added latency", "## 7. Memory and scale", ".png)"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	pngs, _ := filepath.Glob(filepath.Join(out, "*.png"))
+	if len(pngs) == 0 {
+		t.Fatal("no PNG plot written")
+	}
+	for _, p := range pngs {
+		b, err := os.ReadFile(p)
+		if err != nil || len(b) < 8 || string(b[1:4]) != "PNG" {
+			t.Errorf("%s is not a PNG", p)
+		}
+	}
+	// Nothing the harness started may outlive it.
+	registry.Lock()
+	pids := append([]int(nil), registry.pids...)
+	registry.Unlock()
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Errorf("process %d still running after the run", pid)
+		}
+	}
+}
+
+// TestBuildFlagsMatchMakefile keeps the harness's build of bin/tollgate in
+// step with `make build`.
+func TestBuildFlagsMatchMakefile(t *testing.T) {
+	mk := readFile(filepath.Join(envtestutil.RepoRoot(), "Makefile"))
+	m := regexp.MustCompile(`(?m)^GO_BUILD_FLAGS := (.*)$`).FindStringSubmatch(mk)
+	if m == nil {
+		t.Fatal("no GO_BUILD_FLAGS in the Makefile")
+	}
+	if want := `-trimpath -ldflags "-s -w"`; strings.TrimSpace(m[1]) != want || strings.Join(buildFlags, " ") != "-trimpath -ldflags -s -w" {
+		t.Fatalf("Makefile GO_BUILD_FLAGS %q, harness %q: update buildFlags in harness.go", m[1], buildFlags)
+	}
+}
+
+func TestParseProm(t *testing.T) {
+	m, err := parseProm(strings.NewReader(`# HELP x
+tollgate_gateway_decisions_total{result="allowed",route="bench",source="redis"} 10
+tollgate_gateway_decisions_total{result="allowed",route="bench",source="local"} 3
+tollgate_gateway_breaker_state{state="open"} 1
+tollgate_gateway_redis_roundtrips_total 7
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.decisions(); got != 13 {
+		t.Errorf("decisions %v, want 13", got)
+	}
+	if got := m.sum("tollgate_gateway_decisions_total", `source="local"`); got != 3 {
+		t.Errorf("local decisions %v, want 3", got)
+	}
+	if got := m.sum("tollgate_gateway_breaker_state", `state="open"`); got != 1 {
+		t.Errorf("breaker open %v", got)
+	}
+	if got := m.sum("tollgate_gateway_redis_roundtrips_total"); got != 7 {
+		t.Errorf("round trips %v", got)
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 1000; i++ {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	if q := quantile(d, .99); q != 990*time.Millisecond {
+		t.Errorf("p99 %v", q)
+	}
+	if q := quantile(d, .999); q != 999*time.Millisecond {
+		t.Errorf("p99.9 %v", q)
+	}
+}
+
+func readFile(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
+)
+
+// buildFlags are `make build`'s (GO_BUILD_FLAGS, CGO_ENABLED=0); a test
+// keeps them in step with the Makefile.
+var buildFlags = []string{"-trimpath", "-ldflags", "-s -w"}
+
+// harness is one benchmark run's state.
+type harness struct {
+	cfg      config
+	plan     plan
+	out      string
+	logDir   string
+	bin      string
+	repo     string
+	upstream string // echo server base URL
+	client   *http.Client
+	res      *Results
+	started  time.Time
+	kube     *kubeEnv // started on first use
+	stopEcho func()
+	plots    []string
+}
+
+func newHarness(ctx context.Context, cfg config) (*harness, error) {
+	h := &harness{cfg: cfg, plan: newPlan(cfg.quick), started: time.Now(), repo: envtestutil.RepoRoot()}
+	out, err := filepath.Abs(cfg.out)
+	if err != nil {
+		return nil, err
+	}
+	h.out, h.logDir = out, filepath.Join(out, "logs")
+	// Logs of an earlier run would be confusing; results are overwritten.
+	_ = os.RemoveAll(h.logDir)
+	if err := os.MkdirAll(h.logDir, 0o755); err != nil {
+		return nil, err
+	}
+	h.res = newResults(cfg, h.plan)
+	h.logf("tollgate benchmark (%s): %d cores, %s; output in %s", h.res.Meta.Mode, h.res.Meta.Cores, h.res.Meta.CPUModel, h.out)
+	if err := h.build(ctx); err != nil {
+		return nil, err
+	}
+	h.client = newLoadClient()
+	if h.upstream, h.stopEcho, err = startEcho(); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// build builds bin/tollgate as `make build` does, unless -tollgate names a
+// binary.
+func (h *harness) build(ctx context.Context) error {
+	if h.cfg.tollgate != "" {
+		bin, err := filepath.Abs(h.cfg.tollgate)
+		if err != nil {
+			return err
+		}
+		if _, err := os.Stat(bin); err != nil {
+			return fmt.Errorf("-tollgate: %w", err)
+		}
+		h.bin = bin
+		return nil
+	}
+	h.bin = filepath.Join(h.repo, "bin", "tollgate")
+	if h.cfg.buildTo != "" {
+		h.bin = h.cfg.buildTo
+	}
+	h.logf("building %s (CGO_ENABLED=0 go build %s)", h.bin, strings.Join(buildFlags, " "))
+	args := append([]string{"build"}, buildFlags...)
+	args = append(args, "-o", h.bin, ".")
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = h.repo
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("building tollgate: %w\n%s", err, out.String())
+	}
+	return nil
+}
+
+// close stops what the harness started.
+func (h *harness) close() {
+	if h.kube != nil {
+		h.kube.stop()
+	}
+	killAll()
+	if h.stopEcho != nil {
+		h.stopEcho()
+	}
+}
+
+func (h *harness) path(name string) string { return filepath.Join(h.out, name) }
+
+// logf prints a progress line on stderr.
+func (h *harness) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(h.started).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (h *harness) section(name string) {
+	fmt.Fprintf(os.Stderr, "[%6.1fs] ── %s ──\n", time.Since(h.started).Seconds(), name)
+}
+
+// startEcho serves the upstream: a tiny fixed answer to any request.
+func startEcho() (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	body := []byte("ok\n")
+	srv := &http.Server{
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = w.Write(body)
+		}),
+	}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+// cleanups run at exit, also on a second Ctrl-C (envtest's processes).
+var cleanups struct {
+	sync.Mutex
+	fns []func()
+}
+
+func atExit(f func()) {
+	var once sync.Once
+	cleanups.Lock()
+	cleanups.fns = append(cleanups.fns, func() { once.Do(f) })
+	cleanups.Unlock()
+}
+
+func runCleanups() {
+	cleanups.Lock()
+	fns := cleanups.fns
+	cleanups.fns = nil
+	cleanups.Unlock()
+	for i := len(fns) - 1; i >= 0; i-- {
+		fns[i]()
+	}
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func round(x float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(x*p) / p
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return round(a/b, 3)
+}
+
+// cpuModel reads the CPU model name from /proc/cpuinfo.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+func goVersion() string { return runtime.Version() }
+
+func numCPU() int { return runtime.NumCPU() }
+
+// memTotal is the machine's memory from /proc/meminfo.
+func memTotal() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -1,0 +1,182 @@
+// Command bench is tollgate's benchmark harness: `make bench` (full, under
+// ten minutes on two cores) and `make bench-quick` (every scenario briefly,
+// to check the harness itself).
+//
+// It starts everything on loopback: a redis-server, an echo upstream (in
+// this process), gateways as separate `bin/tollgate gateway` processes (so
+// their CPU and memory can be read from /proc), and for the Kubernetes
+// scenarios a real kube-apiserver and etcd (envtest) with `tollgate
+// controller`. Load is constant-rate and open-loop (vegeta). Every speed
+// figure is reported next to a baseline measured in the same run.
+//
+// Results: <out>/results.json, <out>/report.md and PNG plots next to it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// scenarioNames in the order they run.
+var scenarioNames = []string{"latency", "throughput", "redis-cost", "accuracy", "outage", "propagation", "scale"}
+
+// config is what the flags set.
+type config struct {
+	quick     bool
+	out       string
+	tollgate  string
+	scenarios []string
+	seed      int64
+	command   string // how the run was started, for the report
+	// buildTo is where the tollgate binary is built; default bin/tollgate.
+	// The test builds into its temporary directory instead, so that it
+	// never replaces bin/tollgate under a process that runs it.
+	buildTo string
+}
+
+func parseFlags(args []string) (config, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var cfg config
+	var only string
+	fs.BoolVar(&cfg.quick, "quick", false, "Run every scenario briefly (about two minutes): checks the harness, not the machine.")
+	fs.StringVar(&cfg.out, "out", ".bench", "Directory for results.json, report.md, the plots and the processes' logs.")
+	fs.StringVar(&cfg.tollgate, "tollgate", "", "Use this tollgate binary instead of building bin/tollgate (with the flags of make build).")
+	fs.StringVar(&only, "scenarios", strings.Join(scenarioNames, ","), "Comma-separated scenarios to run: "+strings.Join(scenarioNames, ", ")+".")
+	fs.Int64Var(&cfg.seed, "seed", 1, "Seed of the tenant mix.")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `Usage: go run ./hack/bench [-quick] [-out DIR] [flags]
+
+Benchmarks tollgate on this machine: a redis-server, an echo upstream and
+gateway processes on loopback, plus kube-apiserver and etcd (envtest) for the
+propagation and scale scenarios. Writes DIR/results.json, DIR/report.md and
+PNG plots; the processes' logs go to DIR/logs/. Progress goes to stderr.
+
+Scenarios: %s.
+
+Flags:
+`, strings.Join(scenarioNames, ", "))
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for _, s := range strings.Split(only, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !contains(scenarioNames, s) {
+			return cfg, fmt.Errorf("-scenarios: unknown scenario %q (want %s)", s, strings.Join(scenarioNames, ", "))
+		}
+		cfg.scenarios = append(cfg.scenarios, s)
+	}
+	cfg.command = "go run ./hack/bench " + strings.Join(args, " ")
+	return cfg, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		fmt.Fprintf(os.Stderr, "\nbench: %s: stopping every process it started (again to force)\n", s)
+		cancel()
+		<-sig
+		runCleanups()
+		killAll()
+		os.Exit(130)
+	}()
+	err = run(ctx, cfg)
+	runCleanups()
+	killAll()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// run is the whole benchmark; the test calls it too.
+func run(ctx context.Context, cfg config) (err error) {
+	start := time.Now()
+	h, err := newHarness(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	failed := 0
+	for _, name := range cfg.scenarios {
+		if ctx.Err() != nil {
+			break
+		}
+		h.section(name)
+		t0, l0 := time.Now(), loadAvg()
+		err := h.runScenario(ctx, name)
+		h.res.Meta.ScenarioSeconds[name] = round(time.Since(t0).Seconds(), 1)
+		h.res.Meta.LoadAvg[name] = [2]float64{l0, loadAvg()}
+		if err != nil {
+			failed++
+			h.res.Errors[name] = err.Error()
+			h.logf("FAILED: %v", err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("interrupted: %w", err)
+	}
+	h.res.Meta.Seconds = round(time.Since(start).Seconds(), 1)
+	if err := h.writeReport(); err != nil {
+		return err
+	}
+	h.logf("done in %s: %s, %s", time.Since(start).Round(time.Second), h.path("report.md"), h.path("results.json"))
+	if failed > 0 {
+		return fmt.Errorf("%d scenario(s) failed (see the report and %s)", failed, h.logDir)
+	}
+	return nil
+}
+
+func (h *harness) runScenario(ctx context.Context, name string) error {
+	switch name {
+	case "latency":
+		return h.scenarioLatency(ctx)
+	case "throughput":
+		return h.scenarioThroughput(ctx)
+	case "redis-cost":
+		return h.scenarioRedisCost(ctx)
+	case "accuracy":
+		return h.scenarioAccuracy(ctx)
+	case "outage":
+		return h.scenarioOutage(ctx)
+	case "propagation":
+		return h.scenarioPropagation(ctx)
+	case "scale":
+		return h.scenarioScale(ctx)
+	}
+	return fmt.Errorf("unknown scenario %q", name)
+}

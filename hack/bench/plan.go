@@ -1,0 +1,95 @@
+package main
+
+import "time"
+
+// plan holds the sizes and durations (in JSON: nanoseconds) of every
+// scenario, full or quick.
+type plan struct {
+	Warmup time.Duration `json:"warmupNs"`
+
+	// 1. Added latency.
+	LatencyRates []int         `json:"latencyRates"`
+	LatencyDur   time.Duration `json:"latencyDurationNs"`
+
+	// 2. Throughput ceiling: offered rates tried in order until one fails.
+	CeilingRates  []int         `json:"ceilingRates"`
+	CeilingDur    time.Duration `json:"ceilingStepDurationNs"`
+	ProfileRate   int           `json:"profileRate"`
+	ProfileDur    time.Duration `json:"profileDurationNs"`
+	CeilingP99    time.Duration `json:"ceilingP99Ns"`
+	CeilingBadMax float64       `json:"ceilingBadFraction"`
+
+	// 3. Redis cost.
+	CostRate int           `json:"costRate"`
+	CostDur  time.Duration `json:"costDurationNs"`
+
+	// Tenant mix of scenarios 1-3.
+	Tenants  int     `json:"tenants"`
+	ZipfS    float64 `json:"zipfS"`
+	HotShare float64 `json:"hotShare"`
+
+	// 4. Accuracy.
+	AccuracyInstances []int         `json:"accuracyInstances"`
+	AccuracyWindow    time.Duration `json:"accuracyWindowNs"`
+
+	// 5. Outage: each phase (before, during, after) lasts this long.
+	OutageRate  int           `json:"outageRate"`
+	OutagePhase time.Duration `json:"outagePhaseNs"`
+
+	// 6. Propagation.
+	PropagationChanges int `json:"propagationChanges"`
+
+	// 7. Scale.
+	RedisBuckets  int    `json:"redisBuckets"`
+	SnapshotRules int    `json:"snapshotRules"`
+	PublishBench  string `json:"publishBench"`
+}
+
+func newPlan(quick bool) plan {
+	p := plan{
+		Warmup:       2 * time.Second,
+		LatencyRates: []int{2500, 5000, 10000},
+		LatencyDur:   8 * time.Second,
+
+		CeilingRates:  []int{1000, 2000, 3000, 4000, 5000, 6500, 8000, 10000, 12500, 15000, 20000, 25000},
+		CeilingDur:    4 * time.Second,
+		ProfileRate:   2500,
+		ProfileDur:    5 * time.Second,
+		CeilingP99:    10 * time.Millisecond,
+		CeilingBadMax: 0.01,
+
+		CostRate: 2500,
+		CostDur:  6 * time.Second,
+
+		Tenants:  1000,
+		ZipfS:    1.1,
+		HotShare: 0.30,
+
+		AccuracyInstances: []int{1, 4, 20},
+		AccuracyWindow:    3 * time.Second,
+
+		OutageRate:  2500,
+		OutagePhase: 5 * time.Second,
+
+		PropagationChanges: 20,
+
+		RedisBuckets:  100_000,
+		SnapshotRules: 100_000,
+		PublishBench:  "Publish/rules=100000/cold",
+	}
+	if quick {
+		p.Warmup = 300 * time.Millisecond
+		p.LatencyDur = time.Second
+		p.CeilingRates = []int{2500, 5000}
+		p.CeilingDur = time.Second
+		p.ProfileDur = time.Second
+		p.CostDur = time.Second
+		p.AccuracyWindow = time.Second
+		p.OutagePhase = 1500 * time.Millisecond
+		p.PropagationChanges = 3
+		p.RedisBuckets = 10_000
+		p.SnapshotRules = 10_000
+		p.PublishBench = "Publish/rules=20000/cold"
+	}
+	return p
+}

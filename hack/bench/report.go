@@ -1,0 +1,351 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+)
+
+// writeReport writes results.json, the plots and report.md.
+func (h *harness) writeReport() error {
+	h.res.Targets = h.checkTargets()
+	plots, err := h.writePlots()
+	if err != nil {
+		h.res.Errors["plots"] = err.Error()
+	}
+	h.plots = plots
+	data, err := json.MarshalIndent(h.res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(h.path("results.json"), append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(h.path("report.md"), []byte(h.markdown()), 0o644)
+}
+
+// md builds Markdown.
+type md struct{ strings.Builder }
+
+func (m *md) p(format string, args ...any) { fmt.Fprintf(m, format+"\n", args...) }
+
+func (m *md) table(head []string, rows [][]string) {
+	m.p("| %s |", strings.Join(head, " | "))
+	seps := make([]string, len(head))
+	for i := range seps {
+		seps[i] = "---"
+	}
+	m.p("| %s |", strings.Join(seps, " | "))
+	for _, r := range rows {
+		m.p("| %s |", strings.Join(r, " | "))
+	}
+	m.p("")
+}
+
+func (h *harness) plot(m *md, name, alt string) {
+	for _, p := range h.plots {
+		if p == name {
+			m.p("![%s](%s)", alt, name)
+			m.p("")
+		}
+	}
+}
+
+func f3(x float64) string { return fmt.Sprintf("%.3f", x) }
+func f1(x float64) string { return fmt.Sprintf("%.1f", x) }
+func xr(x float64) string { return fmt.Sprintf("%.2f×", x) }
+
+func (h *harness) markdown() string {
+	r := h.res
+	var m md
+	m.p("# tollgate benchmark report (%s run)", r.Meta.Mode)
+	m.p("")
+	m.p("- date: %s", r.Meta.Date)
+	m.p("- machine: %d cores, %s, %.1f GiB, Linux %s, %s, redis-server %s", r.Meta.Cores, r.Meta.CPUModel, float64(r.Meta.MemoryBytes)/(1<<30), r.Meta.Kernel, r.Meta.GoVersion, r.Meta.RedisVersion)
+	m.p("- command: `%s` (%.0f s)", r.Meta.Command, r.Meta.Seconds)
+	m.p("- load average (1 min) at the start and end of each scenario: %s; above ~2 something else was using the machine", loadSummary(r.Meta.LoadAvg))
+	m.p("- everything on loopback on this one machine: the load generator (vegeta, open loop, constant rate) and the echo upstream share the two cores with redis-server and the gateway process, so absolute figures are the machine's; each is shown next to a baseline of the same run.")
+	if r.Meta.Mode == "quick" {
+		m.p("- **quick run**: every scenario briefly, to check the harness works. Not a measurement.")
+	}
+	if r.Meta.Race {
+		m.p("- **built with -race**: the harness's own figures (and the publish benchmark) are not speed figures.")
+	}
+	m.p("")
+	if len(r.Errors) > 0 {
+		m.p("## Errors")
+		m.p("")
+		var keys []string
+		for k := range r.Errors {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			m.p("- **%s**: %s", k, strings.ReplaceAll(firstLines(r.Errors[k], 6), "\n", " / "))
+		}
+		m.p("")
+	}
+	m.p("## DESIGN.md §6 targets")
+	m.p("")
+	var rows [][]string
+	for _, t := range r.Targets {
+		status := t.Status
+		switch status {
+		case "met":
+			status = "**met**"
+		case "missed":
+			status = "**MISSED**"
+		}
+		rows = append(rows, []string{t.What, t.Target, t.Measured, status, t.Note})
+	}
+	m.table([]string{"what", "target", "measured", "status", "note"}, rows)
+	m.p("Reference figures for context (from the issue, other machines): one redis-server does ~60–70k EVALSHA/s unpipelined and 80–125k/s with 16-deep pipelining; Envoy's Go ratelimit service ~8,000 decisions/s at p99 ~14 ms and ~117 µs CPU per decision; nginx as a reverse proxy adds ~100–150 µs at p50.")
+	m.p("")
+
+	h.mdLatency(&m)
+	h.mdThroughput(&m)
+	h.mdRedisCost(&m)
+	h.mdAccuracy(&m)
+	h.mdOutage(&m)
+	h.mdPropagation(&m)
+	h.mdScale(&m)
+	return m.String()
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = append(lines[:n], "…")
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (h *harness) mdLatency(m *md) {
+	l := h.res.Latency
+	if l == nil {
+		return
+	}
+	m.p("## 1. Added latency (baseline: direct to the upstream)")
+	m.p("")
+	m.p("One gateway process (default flags: batched Redis), rule %s; tenants: %s. Each rate runs %s direct, then %s through the gateway.", l.Rule, l.Mix, h.plan.LatencyDur, h.plan.LatencyDur)
+	m.p("")
+	var rows [][]string
+	for _, s := range l.Steps {
+		rows = append(rows, []string{fmt.Sprint(s.Rate),
+			f3(s.Direct.P50), f3(s.Gateway.P50), fmt.Sprintf("%+.3f", s.AddedP50),
+			f3(s.Direct.P99), f3(s.Gateway.P99), fmt.Sprintf("%+.3f", s.AddedP99),
+			f3(s.Direct.P999), f3(s.Gateway.P999), fmt.Sprintf("%+.3f", s.AddedP999),
+			xr(ratio(s.Gateway.P99, s.Direct.P99)), f1(s.CPUPerRequest), fmt.Sprintf("%.2f%%", 100*s.Gateway.BadFrac)})
+	}
+	for _, s := range l.Nginx {
+		rows = append(rows, []string{fmt.Sprintf("%d (nginx)", s.Rate),
+			f3(s.Direct.P50), f3(s.Gateway.P50), fmt.Sprintf("%+.3f", s.AddedP50),
+			f3(s.Direct.P99), f3(s.Gateway.P99), fmt.Sprintf("%+.3f", s.AddedP99),
+			f3(s.Direct.P999), f3(s.Gateway.P999), fmt.Sprintf("%+.3f", s.AddedP999),
+			xr(ratio(s.Gateway.P99, s.Direct.P99)), f1(s.CPUPerRequest), fmt.Sprintf("%.2f%%", 100*s.Gateway.BadFrac)})
+	}
+	m.table([]string{"req/s", "p50 direct", "p50 gw", "added", "p99 direct", "p99 gw", "added", "p99.9 direct", "p99.9 gw", "added", "p99 gw/direct", "gw CPU µs/req", "errors"}, rows)
+	m.p("Latencies in ms. CPU: the gateway process's utime+stime (/proc) per proxied request.")
+	if l.Note != "" {
+		m.p("")
+		m.p("%s", l.Note)
+	}
+	m.p("")
+	h.plot(m, "latency.png", "latency percentiles, direct vs gateway")
+}
+
+func (h *harness) mdThroughput(m *md) {
+	t := h.res.Throughput
+	if t == nil {
+		return
+	}
+	m.p("## 2. Throughput ceiling per gateway instance (baseline: classic, one EVALSHA per request)")
+	m.p("")
+	m.p("The offered rate steps up (%s per step) until p99 > %s, more than %.0f%% errors (neither 2xx nor 429), or the load generator cannot send the rate. Tenants: %s; rule %s.",
+		h.plan.CeilingDur, h.plan.CeilingP99, 100*h.plan.CeilingBadMax, t.Mix, generousRule(false))
+	m.p("")
+	var rows [][]string
+	for _, md := range t.Modes {
+		rows = append(rows, []string{md.Mode, md.Flags, fmt.Sprint(md.Ceiling), xr(md.CeilingVs), f1(md.CeilingCPU), xr(md.CPUVs), md.StoppedBy})
+	}
+	m.table([]string{"mode", "how", "ceiling req/s", "vs classic", "CPU µs/decision at ceiling", "vs classic", "next step failed by"}, rows)
+	rows = nil
+	for _, md := range t.Modes {
+		for _, s := range md.Steps {
+			v := "pass"
+			if !s.Pass {
+				v = s.Why
+			}
+			rows = append(rows, []string{md.Mode, fmt.Sprint(s.Load.Rate), fmt.Sprintf("%.0f", s.Load.SentRate), f3(s.Load.P50), f3(s.Load.P99), f3(s.Load.P999), fmt.Sprintf("%.2f%%", 100*s.Load.BadFrac), f1(s.CPUPerDecision), v})
+		}
+	}
+	m.p("<details><summary>every step</summary>")
+	m.p("")
+	m.table([]string{"mode", "offered", "sent/s", "p50", "p99", "p99.9", "errors", "CPU µs/decision", ""}, rows)
+	m.p("</details>")
+	m.p("")
+	h.plot(m, "throughput.png", "p99 vs offered rate per limiter mode")
+	m.p("**CPU profile** of each mode at %d req/s (`--pprof`, `go tool pprof -top`; files `profile-<mode>.pb.gz`). The limiter's share is the cumulative CPU of `decision.(*Engine).Decide` (rule lookup, cache, breaker, local buckets, and in classic mode the Redis call) plus `limiter.(*Batcher).work` (pipelines: go-redis and the socket); GC caused by their allocations is not attributed, so it is a lower bound.", h.plan.ProfileRate)
+	m.p("")
+	rows = nil
+	for _, md := range t.Modes {
+		if p := md.Profile; p != nil {
+			rows = append(rows, []string{md.Mode, f1(p.CPUPerRequest), fmt.Sprintf("%.0f%%", 100*p.LimiterShare), f1(p.LimiterPerDec), strings.Join(p.LimiterMatches, ", ")})
+		}
+	}
+	m.table([]string{"mode", "gateway CPU µs/request", "limiter share", "limiter CPU µs/decision", "roots"}, rows)
+	for _, md := range t.Modes {
+		if p := md.Profile; p != nil && len(p.Top) > 0 {
+			m.p("<details><summary>%s: heaviest functions (flat)</summary>", md.Mode)
+			m.p("")
+			m.p("```")
+			for _, l := range p.Top {
+				m.p("%s", l)
+			}
+			m.p("```")
+			m.p("</details>")
+			m.p("")
+		}
+	}
+}
+
+func (h *harness) mdRedisCost(m *md) {
+	c := h.res.RedisCost
+	if c == nil {
+		return
+	}
+	m.p("## 3. Redis cost per decision (baseline: classic)")
+	m.p("")
+	m.p("%d req/s for %s on the mix (%s), then the hot tenant alone at its share of that rate. Rule: %s. Round trips and script calls sent come from the gateway's `/metrics` (`tollgate_gateway_redis_roundtrips_total`, `_commands_total`) over `tollgate_gateway_decisions_total`; Redis's own count is `INFO commandstats` (evalsha + eval) after `CONFIG RESETSTAT`. The local mode makes no Redis calls.",
+		h.plan.CostRate, h.plan.CostDur, c.Mix, c.Rule)
+	m.p("")
+	var rows [][]string
+	var base *RedisCostMode
+	for i := range c.Modes {
+		md := &c.Modes[i]
+		if base == nil {
+			base = md
+		}
+		for _, x := range []struct {
+			what string
+			r, b *RedisCostRun
+		}{{"mix", md.Mix, base.Mix}, {"hot tenant only", md.Hot, base.Hot}} {
+			if x.r == nil {
+				continue
+			}
+			rows = append(rows, []string{md.Mode, x.what, fmt.Sprint(x.r.Rate), fmt.Sprintf("%.0f", x.r.Decisions),
+				fmt.Sprintf("%.4f", x.r.RoundTripsPerDec), xr(ratio(x.r.RoundTripsPerDec, x.b.RoundTripsPerDec)),
+				fmt.Sprintf("%.4f", x.r.CommandsPerDec), fmt.Sprintf("%.4f", x.r.ServerCallsPerDec), xr(ratio(x.r.ServerCallsPerDec, x.b.ServerCallsPerDec)),
+				f1(x.r.CPUPerDecision), f1(x.r.RedisCPUPerDecision), f3(x.r.P99)})
+		}
+	}
+	m.table([]string{"mode", "traffic", "req/s", "decisions", "round trips/decision", "vs classic", "script calls sent/decision", "Redis script calls/decision", "vs classic", "gateway CPU µs/decision", "redis-server CPU µs/decision", "p99 ms"}, rows)
+}
+
+func (h *harness) mdAccuracy(m *md) {
+	a := h.res.Accuracy
+	if a == nil {
+		return
+	}
+	m.p("## 4. Accuracy: admitted vs ideal (baseline: the ideal token bucket)")
+	m.p("")
+	m.p("Rule %s; load: %s. %s.", a.Rule, a.Load, a.Note)
+	m.p("")
+	var rows [][]string
+	for _, c := range a.Cases {
+		batch := ""
+		if c.Batch > 0 {
+			batch = fmt.Sprint(c.Batch)
+		}
+		rows = append(rows, []string{c.Case, fmt.Sprint(c.Instances), batch, f3(c.Seconds), fmt.Sprint(c.Decisions), fmt.Sprint(c.Admitted),
+			fmt.Sprintf("%.0f – %.0f", c.IdealLow, c.IdealHigh), fmt.Sprintf("%.4f", c.Ratio), fmt.Sprintf("%+.2f%%", 100*c.Error), fmt.Sprintf("±%.0f%%", 100*c.Target), okMark(c.Within)})
+	}
+	m.table([]string{"case", "instances", "prefetch batch", "window s", "decisions", "admitted", "ideal", "admitted/ideal", "error", "target", ""}, rows)
+	m.p("The error is 0 inside the ideal range (the window bracketed by Redis TIME before and after stopping the load), else the distance to its nearer end.")
+	m.p("")
+	h.plot(m, "accuracy-healthy-20.png", "admitted vs ideal, 20 instances, Redis healthy")
+	h.plot(m, "accuracy-outage-20.png", "admitted vs ideal, 20 instances, Redis outage")
+}
+
+func (h *harness) mdOutage(m *md) {
+	o := h.res.Outage
+	if o == nil || o.Before == nil {
+		return
+	}
+	m.p("## 5. Redis outage under load (baseline: direct to the upstream, and the gateway before the kill)")
+	m.p("")
+	m.p("%d req/s through one gateway (%s); rule %s. redis-server is killed with SIGKILL, then restarted empty on the same port after %s.", o.Rate, o.Flags, o.Rule, h.plan.OutagePhase)
+	m.p("")
+	m.p("- breaker open **%.0f ms** after the kill (`tollgate_gateway_breaker_state{state=\"open\"}` polled every %.0f ms); first local decision seen after %.0f ms", o.OpenAfterMs, o.PollMs, o.LocalAfterMs)
+	if o.ClosedAfterMs >= 0 {
+		m.p("- breaker closed %.0f ms after the restart", o.ClosedAfterMs)
+	} else {
+		m.p("- %s", o.Note)
+	}
+	m.p("- requests ≥ %.0f ms (the Redis deadline) while open: **%d** of %d; before the kill: %d of %d", o.SlowThresholdMs, o.SlowDuring, o.During.Sent, o.SlowBefore, o.Before.Sent)
+	m.p("- Redis calls while open: %.0f (the breaker's background probes; no request waits for them)", o.RedisCallsOpen)
+	m.p("- admitted by the local fallback from the kill to the restart (`tollgate_gateway_decisions_total{result=\"allowed\",source=\"local\"}`): %d vs the rule's limit over that window (%d tenants × (capacity + rate × window)) %.0f: **%.3f**", o.AdmittedDuring, outageTenants, o.LimitDuring, o.AdmittedRatio)
+	m.p("")
+	var rows [][]string
+	for _, w := range []*loadResult{o.Before, o.Transition, o.During, o.Recovery, o.After} {
+		rows = append(rows, []string{w.Name, f3(w.Seconds), fmt.Sprint(w.Sent), f3(w.P50), f3(w.P99), fmt.Sprintf("%+.3f", w.P99-o.DirectP99), f3(w.Max), fmt.Sprint(w.Codes)})
+	}
+	m.table([]string{"phase", "seconds", "requests", "p50", "p99", "p99 added vs direct", "max", "codes"}, rows)
+	m.p("Direct p99 at the same rate: %.3f ms.", o.DirectP99)
+	m.p("")
+	h.plot(m, "outage.png", "p99 latency through the outage")
+}
+
+func (h *harness) mdPropagation(m *md) {
+	p := h.res.Propagation
+	if p == nil {
+		return
+	}
+	m.p("## 6. Rule propagation (real kube-apiserver + etcd, `tollgate controller`, %d gateway processes)", p.Gateways)
+	m.p("")
+	m.p("A RateLimitRule's capacity is patched %d times; the delay is from just before the API write to the moment every gateway answers with the new `X-RateLimit-Limit` (each polled every %.0f ms).", p.Changes, p.PollMs)
+	m.p("")
+	m.table([]string{"changes", "p50 ms", "p99 ms", "max ms", "all (ms)"}, [][]string{{fmt.Sprint(p.Changes), fmt.Sprintf("%.0f", p.P50), fmt.Sprintf("%.0f", p.P99), fmt.Sprintf("%.0f", p.Max), joinF(p.DelaysMs)}})
+}
+
+func joinF(xs []float64) string {
+	var s []string
+	for _, x := range xs {
+		s = append(s, fmt.Sprintf("%.0f", x))
+	}
+	return strings.Join(s, ", ")
+}
+
+func (h *harness) mdScale(m *md) {
+	s := h.res.Scale
+	if s == nil {
+		return
+	}
+	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+	m.p("## 7. Memory and scale")
+	m.p("")
+	m.table([]string{"what", "measured", "baseline / note"}, [][]string{
+		{fmt.Sprintf("Redis bytes per bucket (%d buckets from the script, pipelined)", s.Buckets), fmt.Sprintf("%.1f B", s.RedisBytesPerBkt),
+			fmt.Sprintf("`INFO memory` used_memory delta / buckets: key, hash, expiry entry and dict overhead; `MEMORY USAGE` of one key: %d B (without the expiry entry); %d keys with expiry", s.MemoryUsageSample, s.ExpiresCount)},
+		{fmt.Sprintf("gateway RSS with %d rules (%d shards, %d KiB compressed)", s.Rules, s.Shards, s.SnapshotBytes>>10), mib(s.RSS),
+			fmt.Sprintf("idle gateway on an empty snapshot: %s → **%+.1f MiB**", mib(s.RSSIdle), float64(s.RSSDelta)/(1<<20))},
+		{"gateway Go heap in use after a forced GC", fmt.Sprintf("%.1f MiB", s.HeapInuse/(1<<20)), fmt.Sprintf("idle: %.1f MiB", s.HeapInuseIdle/(1<<20))},
+		{"gateway start → /readyz 200 (Kubernetes mode)", fmt.Sprintf("%.3f s", s.ReadySeconds), fmt.Sprintf("idle: %.3f s", s.ReadySecondsIdle)},
+		{"controller publish, `go test -bench '" + s.PublishBench + "' -benchtime 1x ./controllers/`", fmt.Sprintf("%.3f s", s.PublishSeconds), "compile + write every shard ConfigMap to a real API server (cold)"},
+	})
+}
+
+func loadSummary(l map[string][2]float64) string {
+	var parts []string
+	for _, name := range scenarioNames {
+		if v, ok := l[name]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.1f→%.1f", name, v[0], v[1]))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/dataplane/decision"
+	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
+)
+
+// Accuracy rule: as engine_test's, a burst of 200 and 2,000/s on one bucket.
+const (
+	accCapacity  = 200
+	accPerSecond = 2000
+	accOffered   = 3 * accPerSecond // decisions/s offered in all
+	accBin       = 50 * time.Millisecond
+)
+
+// oneRule serves the same rule for every tenant and route.
+type oneRule struct{ r snapshot.Rule }
+
+func (o *oneRule) Lookup(string, string) *snapshot.Rule { return &o.r }
+
+// scenarioAccuracy (4): N limiter instances in this process, each with its
+// own Redis client, Batcher and Cache (the gateway's chain), on one bucket:
+// admitted vs ideal with Redis healthy, with prefetch Auto, and during an
+// outage (Failover to local buckets sized 1/N).
+func (h *harness) scenarioAccuracy(ctx context.Context) error {
+	res := &AccuracyResult{
+		Rule: fmt.Sprintf("*/*: capacity %d, %d/s, one bucket", accCapacity, accPerSecond),
+		Load: fmt.Sprintf("%d decisions/s offered in all (3x the rate), evenly over the instances, open loop (up to 64 in flight per instance)", accOffered),
+		Note: "healthy and prefetch: the gateway's chain without the breaker (Batcher → Cache), window bracketed by Redis TIME; " +
+			"outage: Failover (deadline 50ms, 3 failures open the breaker for 200ms) over the same chain, local buckets sized 1/N, " +
+			"redis-server killed with SIGKILL after a healthy start, ideal = capacity + rate × the outage window (local clock)",
+	}
+	h.res.Accuracy = res
+	for _, c := range []string{"healthy", "prefetch", "outage"} {
+		for _, n := range h.plan.AccuracyInstances {
+			ac, err := h.accuracyCase(ctx, c, n)
+			if err != nil {
+				return fmt.Errorf("%s with %d instances: %w", c, n, err)
+			}
+			res.Cases = append(res.Cases, *ac)
+			h.logf("%-8s N=%-2d admitted %d of %d decisions, ideal %.0f..%.0f: error %+.2f%% (target ±%.0f%%) %s",
+				c, n, ac.Admitted, ac.Decisions, ac.IdealLow, ac.IdealHigh, 100*ac.Error, 100*ac.Target, okMark(ac.Within))
+		}
+	}
+	return nil
+}
+
+func okMark(ok bool) string {
+	if ok {
+		return "ok"
+	}
+	return "MISSED"
+}
+
+// accRun counts one case's decisions.
+type accRun struct {
+	start               time.Time
+	decisions, admitted atomic.Int64
+	// windowFrom/To (ns since start) select the decisions counted in
+	// windowAdmitted; the outage window is only known while it runs.
+	windowFrom, windowTo atomic.Int64
+	windowAdmitted       atomic.Int64
+	bins                 []atomic.Int64
+}
+
+func (r *accRun) record(allowed bool) {
+	t := int64(time.Since(r.start))
+	r.decisions.Add(1)
+	if !allowed {
+		return
+	}
+	r.admitted.Add(1)
+	if t >= r.windowFrom.Load() && t < r.windowTo.Load() {
+		r.windowAdmitted.Add(1)
+	}
+	if i := int(t / int64(accBin)); i < len(r.bins) {
+		r.bins[i].Add(1)
+	}
+}
+
+func (h *harness) accuracyCase(ctx context.Context, kind string, n int) (*AccuracyCase, error) {
+	rs, err := h.startRedis(ctx, fmt.Sprintf("redis-accuracy-%s-%d", kind, n))
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Kill()
+	rc := rs.client()
+	defer rc.Close()
+
+	rule := &oneRule{snapshot.Rule{Tenant: "*", Route: "*", Capacity: accCapacity, RefillTokens: accPerSecond, RefillPeriodMs: 1000}}
+	if kind == "prefetch" {
+		rule.r.Prefetch = snapshot.PrefetchAuto
+	}
+	bgCtx, cancelBG := context.WithCancel(ctx)
+	var closers []func()
+	defer func() {
+		cancelBG()
+		if kind == "outage" {
+			// A breaker probe may still be on its way through a Batcher
+			// (it has the 50ms deadline): closing under it would panic.
+			time.Sleep(100 * time.Millisecond)
+		}
+		for _, c := range closers {
+			c()
+		}
+	}()
+	var engines []*decision.Engine
+	for range n {
+		client := newRedisClient(rs.Addr())
+		bt := limiter.NewBatcher(client, limiter.BatcherOptions{})
+		closers = append(closers, bt.Close, func() { _ = client.Close() })
+		var lim limiter.Limiter = limiter.NewCache(bt, limiter.CacheOptions{})
+		if kind == "outage" {
+			local := limiter.NewLocal(limiter.LocalOptions{Replicas: func() int { return n }})
+			f := limiter.NewFailover(lim, local, limiter.FailoverOptions{Timeout: 50 * time.Millisecond, FailuresToOpen: 3, OpenFor: 200 * time.Millisecond})
+			go f.Run(bgCtx)
+			lim = f
+		}
+		engines = append(engines, decision.New(decision.Options{Rules: rule, Limiter: lim, Replicas: func() int { return n }}))
+	}
+	// Warm up on another bucket: connections open, script loaded.
+	for _, e := range engines {
+		if _, _, err := e.Decide(ctx, "warm-up", "r", 1); err != nil {
+			return nil, err
+		}
+	}
+
+	window := h.plan.AccuracyWindow
+	pre := time.Duration(0)
+	if kind == "outage" {
+		pre = max(window/3, 300*time.Millisecond)
+	}
+	total := pre + window
+	run := &accRun{bins: make([]atomic.Int64, int((total+2*time.Second)/accBin))}
+	run.windowFrom.Store(math.MaxInt64)
+	run.windowTo.Store(math.MaxInt64)
+	ac := &AccuracyCase{Case: kind, Instances: n, Target: 0.02}
+	if kind == "prefetch" {
+		// Auto: 5% of max(capacity, one second of refill) over N.
+		ac.Batch = int64(math.Floor(0.05 * math.Max(accCapacity, accPerSecond) / float64(n)))
+		ac.Target = 0.05 // the rule's error budget
+	}
+
+	t0, err := rc.Time(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	run.start = time.Now()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, e := range engines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			paceDecisions(ctx, e, float64(accOffered)/float64(n), stop, run)
+		}()
+	}
+	var tStop, t1 time.Time
+	var kill, end time.Duration
+	if kind == "outage" {
+		if err := sleep(ctx, pre); err != nil {
+			close(stop)
+			wg.Wait()
+			return nil, err
+		}
+		rs.Kill()
+		kill = time.Since(run.start)
+		run.windowFrom.Store(int64(kill))
+		err = sleep(ctx, window)
+		end = time.Since(run.start)
+		run.windowTo.Store(int64(end))
+		close(stop)
+		wg.Wait()
+		if err != nil {
+			return nil, err
+		}
+		secs := (end - kill).Seconds()
+		ideal := accCapacity + accPerSecond*secs
+		ac.Seconds, ac.IdealLow, ac.IdealHigh = round(secs, 3), round(ideal, 1), round(ideal, 1)
+		ac.Admitted, ac.Target = run.windowAdmitted.Load(), 0.10
+	} else {
+		err := sleep(ctx, window)
+		tStop, _ = rc.Time(context.Background()).Result()
+		close(stop)
+		wg.Wait()
+		t1, _ = rc.Time(context.Background()).Result()
+		if err != nil {
+			return nil, err
+		}
+		end = time.Since(run.start)
+		ac.Seconds = round(tStop.Sub(t0).Seconds(), 3)
+		ac.IdealLow = round(accCapacity+accPerSecond*tStop.Sub(t0).Seconds(), 1)
+		ac.IdealHigh = round(accCapacity+accPerSecond*t1.Sub(t0).Seconds(), 1)
+		ac.Admitted = run.admitted.Load()
+	}
+	ac.Decisions = run.decisions.Load()
+	got := float64(ac.Admitted)
+	switch {
+	case got < ac.IdealLow:
+		ac.Error = round((got-ac.IdealLow)/ac.IdealLow, 4)
+	case got > ac.IdealHigh:
+		ac.Error = round((got-ac.IdealHigh)/ac.IdealHigh, 4)
+	}
+	ac.Ratio = round(got/((ac.IdealLow+ac.IdealHigh)/2), 4)
+	ac.Within = math.Abs(ac.Error) <= ac.Target
+	ac.Series = run.series(kind, end, kill)
+	return ac, nil
+}
+
+// paceDecisions offers rate decisions/s to e until stop closes: each due
+// decision runs in its own goroutine (open loop), at most 64 at once.
+func paceDecisions(ctx context.Context, e *decision.Engine, rate float64, stop <-chan struct{}, run *accRun) {
+	sem := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	start, sent := time.Now(), 0
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		due := int(time.Since(start).Seconds()*rate) - sent
+		for range due {
+			select {
+			case sem <- struct{}{}:
+			case <-stop:
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d, _, err := e.Decide(ctx, "acc", "r", 1)
+				run.record(err == nil && d.Allowed)
+				<-sem
+			}()
+		}
+		sent += due
+	}
+}
+
+// series is a time series for a plot: admitted per bin, the ideal
+// cumulative admitted count at the end of each bin, or p99 latency per bin.
+type series struct {
+	Bin      time.Duration
+	Admitted []int64
+	Ideal    []float64
+	P99      []float64
+	Events   []event
+}
+
+type event struct {
+	At    time.Duration
+	Label string
+}
+
+func (r *accRun) series(kind string, end, kill time.Duration) *series {
+	nb := int(end / accBin)
+	s := &series{Bin: accBin}
+	for i := 0; i < nb && i < len(r.bins); i++ {
+		s.Admitted = append(s.Admitted, r.bins[i].Load())
+		t := time.Duration(i+1) * accBin
+		ideal := accCapacity + accPerSecond*t.Seconds()
+		if kind == "outage" && t > kill {
+			// The fallback starts from fresh local buckets: a new burst.
+			ideal += accCapacity
+		}
+		s.Ideal = append(s.Ideal, ideal)
+	}
+	if kind == "outage" {
+		s.Events = append(s.Events, event{kill, "redis-server killed"})
+	}
+	return s
+}

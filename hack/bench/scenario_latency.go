@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// scenarioLatency (1): direct to the upstream vs through one gateway, at
+// 2,500 req/s and 2x and 4x that.
+func (h *harness) scenarioLatency(ctx context.Context) error {
+	rs, err := h.startRedis(ctx, "redis-latency")
+	if err != nil {
+		return err
+	}
+	defer rs.Kill()
+	rule := generousRule(false)
+	gw, err := h.startGateway(ctx, gatewaySpec{name: "gw-latency", rules: manifests(rule), redisAddr: rs.Addr()})
+	if err != nil {
+		return err
+	}
+	defer gw.stop()
+	mix := newZipfMix(h.cfg.seed, h.plan.Tenants, h.plan.ZipfS, h.plan.HotShare)
+	res := &LatencyResult{Mix: mix.describe(), Rule: rule.String()}
+	h.res.Latency = res
+	direct, via := h.upstream+"/bench", gw.url+"/bench"
+
+	// Warm up both paths: connections, the script cache, the buckets.
+	for _, u := range []string{via, direct} {
+		if _, err := h.load(ctx, loadSpec{name: "warm-up", url: u, rate: 1000, dur: h.plan.Warmup, mix: mix}); err != nil {
+			return err
+		}
+	}
+	for _, rate := range h.plan.LatencyRates {
+		d, err := h.load(ctx, loadSpec{name: "direct", url: direct, rate: rate, dur: h.plan.LatencyDur, mix: mix})
+		if err != nil {
+			return err
+		}
+		c0, err := gw.counters(ctx)
+		if err != nil {
+			return err
+		}
+		g, err := h.load(ctx, loadSpec{name: "gateway", url: via, rate: rate, dur: h.plan.LatencyDur, mix: mix})
+		if err != nil {
+			return err
+		}
+		c1, err := gw.counters(ctx)
+		if err != nil {
+			return err
+		}
+		st := LatencyStep{
+			Rate: rate, Direct: d, Gateway: g,
+			AddedP50: round(g.P50-d.P50, 3), AddedP99: round(g.P99-d.P99, 3), AddedP999: round(g.P999-d.P999, 3),
+			CPUPerRequest: cpuPer(c1.sub(c0).cpu, float64(g.ok2xx())),
+		}
+		res.Steps = append(res.Steps, st)
+		h.logf("%5d req/s  direct p50 %.3f p99 %.3f p99.9 %.3f ms | gateway p50 %.3f p99 %.3f p99.9 %.3f ms | added p99 %+.3f ms | gateway CPU %.1f µs/request | bad %.2f%%",
+			rate, d.P50, d.P99, d.P999, g.P50, g.P99, g.P999, st.AddedP99, st.CPUPerRequest, 100*g.BadFrac)
+	}
+	if err := h.nginxReference(ctx, res, mix); err != nil {
+		// Only a reference: note the problem, do not fail the scenario.
+		res.Note = "nginx reference skipped: " + err.Error()
+		h.logf("%s", res.Note)
+	}
+	return nil
+}
+
+// nginxReference measures nginx as a plain reverse proxy to the same
+// upstream at the first rate, if /usr/sbin/nginx exists; silently nothing
+// otherwise.
+func (h *harness) nginxReference(ctx context.Context, res *LatencyResult, mix tenantMix) error {
+	const bin = "/usr/sbin/nginx"
+	if _, err := os.Stat(bin); err != nil {
+		return nil
+	}
+	dir := filepath.Join(h.logDir, "nginx")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	up := strings.TrimPrefix(h.upstream, "http://")
+	conf := fmt.Sprintf(`daemon off;
+master_process off;
+worker_processes 1;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path %[1]s/body;
+  proxy_temp_path %[1]s/proxy;
+  fastcgi_temp_path %[1]s/fastcgi;
+  uwsgi_temp_path %[1]s/uwsgi;
+  scgi_temp_path %[1]s/scgi;
+  upstream echo { server %[2]s; keepalive 64; }
+  server {
+    listen 127.0.0.1:%[3]d;
+    location / { proxy_pass http://echo; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+`, dir, up, port)
+	confPath := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		return err
+	}
+	p, err := startProc("nginx", filepath.Join(dir, "nginx.log"), bin, "-c", confPath, "-p", dir)
+	if err != nil {
+		return err
+	}
+	defer p.Stop(2 * time.Second)
+	url := fmt.Sprintf("http://127.0.0.1:%d/bench", port)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if p.Exited() {
+			return p.exitError()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nginx did not answer within 5s: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rate := h.plan.LatencyRates[0]
+	if _, err := h.load(ctx, loadSpec{name: "warm-up", url: url, rate: 1000, dur: h.plan.Warmup, mix: mix}); err != nil {
+		return err
+	}
+	d, err := h.load(ctx, loadSpec{name: "direct", url: h.upstream + "/bench", rate: rate, dur: h.plan.LatencyDur, mix: mix})
+	if err != nil {
+		return err
+	}
+	cpu0, _ := cpuTime(p.Pid())
+	n, err := h.load(ctx, loadSpec{name: "nginx", url: url, rate: rate, dur: h.plan.LatencyDur, mix: mix})
+	if err != nil {
+		return err
+	}
+	cpu1, _ := cpuTime(p.Pid())
+	res.Nginx = append(res.Nginx, LatencyStep{
+		Rate: rate, Direct: d, Gateway: n,
+		AddedP50: round(n.P50-d.P50, 3), AddedP99: round(n.P99-d.P99, 3), AddedP999: round(n.P999-d.P999, 3),
+		CPUPerRequest: cpuPer(cpu1-cpu0, float64(n.Sent)),
+	})
+	h.logf("nginx reference at %d req/s: added p50 %+.3f ms, p99 %+.3f ms", rate, n.P50-d.P50, n.P99-d.P99)
+	return nil
+}

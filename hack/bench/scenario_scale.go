@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
+	"github.com/tollgate-dev/tollgate/lua"
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
+)
+
+// scenarioScale (7): Redis memory per bucket, gateway memory and load time
+// with a large snapshot, controller publish time.
+func (h *harness) scenarioScale(ctx context.Context) error {
+	res := &ScaleResult{Buckets: h.plan.RedisBuckets, Rules: h.plan.SnapshotRules, PublishBench: h.plan.PublishBench}
+	h.res.Scale = res
+	rs, err := h.startRedis(ctx, "redis-scale")
+	if err != nil {
+		return err
+	}
+	defer rs.Kill()
+	if err := h.redisMemory(ctx, rs, res); err != nil {
+		return fmt.Errorf("redis memory: %w", err)
+	}
+	if err := h.snapshotMemory(ctx, rs, res); err != nil {
+		return fmt.Errorf("gateway memory: %w", err)
+	}
+	// The publish benchmark starts its own API server: stop ours first.
+	if h.kube != nil {
+		h.kube.stop()
+		h.kube = nil
+	}
+	if err := h.publishBench(ctx, res); err != nil {
+		return fmt.Errorf("controller publish: %w", err)
+	}
+	return nil
+}
+
+// redisMemory creates buckets with the token bucket script, pipelined, and
+// measures used_memory per bucket (key, hash, expiry entry, dict overhead).
+func (h *harness) redisMemory(ctx context.Context, rs *redisServer, res *ScaleResult) error {
+	rc := rs.client()
+	defer rc.Close()
+	script := redis.NewScript(lua.TokenBucket)
+	// Capacity 100, 1 token/s: the expiry (twice a full refill) is 200s,
+	// far longer than the measurement.
+	args := []any{100, 1, 1000, 1, 1}
+	if err := script.Run(ctx, rc, []string{"rl:{warm-up}:bench"}, args...).Err(); err != nil {
+		return err
+	}
+	used0, err := infoInt(ctx, rc, "memory", "used_memory")
+	if err != nil {
+		return err
+	}
+	n := h.plan.RedisBuckets
+	const batch = 1000
+	for i := 0; i < n; i += batch {
+		pipe := rc.Pipeline()
+		for j := i; j < min(n, i+batch); j++ {
+			script.EvalSha(ctx, pipe, []string{limiter.Key(fmt.Sprintf("tenant-%06d", j), "bench")}, args...)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return err
+		}
+	}
+	used1, err := infoInt(ctx, rc, "memory", "used_memory")
+	if err != nil {
+		return err
+	}
+	sample := limiter.Key("tenant-000001", "bench")
+	usage, err := rc.MemoryUsage(ctx, sample, 0).Result()
+	if err != nil {
+		return err
+	}
+	ks, err := redisInfo(ctx, rc, "keyspace")
+	if err != nil {
+		return err
+	}
+	// db0:keys=100001,expires=100001,avg_ttl=...
+	for _, kv := range strings.Split(ks["db0"], ",") {
+		if v, ok := strings.CutPrefix(kv, "expires="); ok {
+			res.ExpiresCount, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	res.RedisBytesPerBkt = round(float64(used1-used0)/float64(n), 1)
+	res.MemoryUsageSample = usage
+	h.logf("redis: %d buckets (%d with expiry) take %.1f bytes each (used_memory delta); MEMORY USAGE %s = %d bytes",
+		n, res.ExpiresCount, res.RedisBytesPerBkt, sample, usage)
+	return nil
+}
+
+// snapshotMemory writes a large snapshot and an empty one into the API
+// server and compares a gateway on each: time to ready, RSS, Go heap.
+func (h *harness) snapshotMemory(ctx context.Context, rs *redisServer, res *ScaleResult) error {
+	k, err := h.kubeEnv(ctx)
+	if err != nil {
+		return err
+	}
+	routes := []string{"bench", "list-orders", "*"}
+	rules := make([]snapshot.Rule, h.plan.SnapshotRules)
+	for i := range rules {
+		rules[i] = snapshot.Rule{
+			Tenant: fmt.Sprintf("tenant-%06d", i), Route: routes[i%3], Capacity: int64(i%1000 + 1),
+			RefillTokens: int64(i%500 + 1), RefillPeriodMs: 1000, Source: fmt.Sprintf("team-%d/rule-%d", i%50, i),
+		}
+	}
+	write := func(ns string, rules []snapshot.Rule) (shards, size int, err error) {
+		if err := k.namespace(ctx, ns); err != nil {
+			return 0, 0, err
+		}
+		set := snapshot.Build(rules, 1)
+		for _, sh := range set.Shards() {
+			cm, err := sh.ConfigMap(ns, "tollgate-rules")
+			if err != nil {
+				return 0, 0, err
+			}
+			if err := k.client.Create(ctx, cm); err != nil {
+				return 0, 0, fmt.Errorf("creating ConfigMap %s: %w", cm.Name, err)
+			}
+			size += len(cm.BinaryData[snapshot.DataKey])
+		}
+		return len(set.Shards()), size, nil
+	}
+	t0 := time.Now()
+	if res.Shards, res.SnapshotBytes, err = write("bench-scale", rules); err != nil {
+		return err
+	}
+	h.logf("wrote %d rules in %d shard ConfigMaps (%d KiB compressed) in %s", len(rules), res.Shards, res.SnapshotBytes>>10, time.Since(t0).Round(time.Millisecond))
+	if _, _, err := write("bench-empty", nil); err != nil {
+		return err
+	}
+	measure := func(name, ns string) (ready time.Duration, rss int64, heap float64, err error) {
+		g, err := h.startGateway(ctx, gatewaySpec{name: name, redisAddr: rs.Addr(), kubeconfig: k.kubeconfig, namespace: ns, readyWithin: 2 * time.Minute})
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		defer g.stop()
+		if err := sleep(ctx, 2*time.Second); err != nil {
+			return 0, 0, 0, err
+		}
+		// A forced GC (the heap profile's gc=1) makes the heap figure
+		// the live data; RSS is what the kernel reports, unforced.
+		if rss, _, err = memStatus(g.Pid()); err != nil {
+			return 0, 0, 0, err
+		}
+		if resp, err := http.Get(g.admin + "/debug/pprof/heap?gc=1"); err == nil {
+			resp.Body.Close()
+		}
+		m, err := g.metrics(ctx)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		rules := m.sum("tollgate_gateway_rules")
+		h.logf("%s: ready %s after start, %d rules, RSS %.1f MiB, Go heap in use %.1f MiB", name, g.readyAfter.Round(time.Millisecond),
+			int(rules), float64(rss)/(1<<20), m.sum("go_memstats_heap_inuse_bytes")/(1<<20))
+		return g.readyAfter, rss, m.sum("go_memstats_heap_inuse_bytes"), nil
+	}
+	ready0, rss0, heap0, err := measure("gw-empty", "bench-empty")
+	if err != nil {
+		return err
+	}
+	ready1, rss1, heap1, err := measure("gw-scale", "bench-scale")
+	if err != nil {
+		return err
+	}
+	res.ReadySecondsIdle, res.ReadySeconds = round(ready0.Seconds(), 3), round(ready1.Seconds(), 3)
+	res.RSSIdle, res.RSS, res.RSSDelta = rss0, rss1, rss1-rss0
+	res.HeapInuseIdle, res.HeapInuse = heap0, heap1
+	return nil
+}
+
+var benchLine = regexp.MustCompile(`(?m)^Benchmark(\S+?)(-\d+)?\s+\d+\s+(\d+) ns/op`)
+
+// publishBench runs the controller's BenchmarkPublish once.
+func (h *harness) publishBench(ctx context.Context, res *ScaleResult) error {
+	args := []string{"test", "-run", "^$", "-bench", res.PublishBench, "-benchtime", "1x"}
+	if raceEnabled {
+		// The harness runs under -race (make test): share its build cache
+		// rather than compile the controller's test binary a second time.
+		// Not a speed figure then, and marked so.
+		args = append(args, "-race")
+	}
+	args = append(args, "./controllers/")
+	h.logf("go %s", strings.Join(args, " "))
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = h.repo
+	cmd.Env = os.Environ()
+	if dir, err := envtestutil.Assets(); err == nil {
+		cmd.Env = append(cmd.Env, "KUBEBUILDER_ASSETS="+dir)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	res.PublishOutput = strings.TrimSpace(out.String())
+	if err != nil {
+		return fmt.Errorf("go test -bench: %w\n%s", err, res.PublishOutput)
+	}
+	m := benchLine.FindStringSubmatch(res.PublishOutput)
+	if m == nil {
+		return fmt.Errorf("no benchmark result in the output of go test:\n%s", res.PublishOutput)
+	}
+	ns, _ := strconv.ParseFloat(m[3], 64)
+	res.PublishSeconds = round(ns/1e9, 3)
+	h.logf("controller publish (%s): %.3fs", m[1], res.PublishSeconds)
+	return nil
+}
