@@ -287,7 +287,11 @@ func (g *Gateway) buildLimiter() (limiter.Limiter, error) {
 			g.metrics.SetBreaker(from, to)
 			switch to {
 			case "open":
-				fallbackLog.Info("Redis is failing: circuit breaker open, decisions follow each rule's failure mode", "replicas", g.members.Replicas())
+				var cause string
+				if err := g.failover.LastError(); err != nil {
+					cause = err.Error()
+				}
+				fallbackLog.Info("Redis is failing: circuit breaker open, decisions follow each rule's failure mode", "replicas", g.members.Replicas(), "lastError", cause)
 			case "closed":
 				fallbackLog.Info("Redis answers again: circuit breaker closed, decisions back on Redis")
 			}

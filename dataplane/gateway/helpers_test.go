@@ -136,7 +136,7 @@ func (e *env) options(redisAddr string) gateway.Options {
 	o.Listen, o.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
 	o.RoutesFile, o.RulesPath = e.routes, e.rules
 	o.ReloadInterval = 20 * time.Millisecond
-	o.Redis = redisconf.Options{Addrs: []string{redisAddr}, Mode: redisconf.ModeStandalone, PoolSize: 64, DialTimeout: time.Second}
+	o.Redis = redisconf.Options{Addrs: []string{redisAddr}, Mode: redisconf.ModeStandalone, PoolSize: 64, DialTimeout: 10 * time.Second}
 	// Tests assert exact counts: a slow, shared test machine must not turn a
 	// late Redis answer into a local decision.
 	o.RedisTimeout = 30 * time.Second

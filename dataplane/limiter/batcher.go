@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,11 @@ type Batcher struct {
 	client BatchClient
 	queue  chan *op
 	opts   BatcherOptions
+	// closed is closed by Close; queue never is, so a Take racing with
+	// Close (a breaker probe still in flight at shutdown) gets ErrClosed
+	// instead of a send on a closed channel.
+	closed    chan struct{}
+	closeOnce sync.Once
 
 	roundTrips, commands, decisions atomic.Int64
 }
@@ -68,16 +74,20 @@ func NewBatcher(client BatchClient, opts BatcherOptions) *Batcher {
 	if opts.ExecTimeout <= 0 {
 		opts.ExecTimeout = time.Second
 	}
-	bt := &Batcher{client: client, queue: make(chan *op, 4*opts.MaxBatch), opts: opts}
+	bt := &Batcher{client: client, queue: make(chan *op, 4*opts.MaxBatch), opts: opts, closed: make(chan struct{})}
 	for range opts.Workers {
 		go bt.work()
 	}
 	return bt
 }
 
-// Close stops the workers once the queue is drained. Take must not be called
-// after Close.
-func (bt *Batcher) Close() { close(bt.queue) }
+// ErrClosed is returned by Takes on a closed Batcher.
+var ErrClosed = errors.New("limiter: batcher closed")
+
+// Close stops the workers: pipelines in flight finish, Takes still queued
+// and any later Take fail with ErrClosed. Safe to call more than once and
+// concurrently with Take.
+func (bt *Batcher) Close() { bt.closeOnce.Do(func() { close(bt.closed) }) }
 
 // Ping checks that Redis answers; it implements Pinger.
 func (bt *Batcher) Ping(ctx context.Context) error { return bt.client.Ping(ctx).Err() }
@@ -86,13 +96,24 @@ func (bt *Batcher) Ping(ctx context.Context) error { return bt.client.Ping(ctx).
 func (bt *Batcher) Take(ctx context.Context, b Bucket, cost, want int64) (TakeResult, error) {
 	o := &op{b: b, cost: cost, want: want, done: make(chan struct{})}
 	select {
+	case <-bt.closed:
+		return TakeResult{}, ErrClosed
+	default:
+	}
+	select {
 	case bt.queue <- o:
+	case <-bt.closed:
+		return TakeResult{}, ErrClosed
 	case <-ctx.Done():
 		return TakeResult{}, ctx.Err()
 	}
 	select {
 	case <-o.done:
 		return o.res, o.err
+	case <-bt.closed:
+		// Queued after the workers stopped, or in a pipeline that may
+		// still finish: either way no answer is coming in time.
+		return TakeResult{}, ErrClosed
 	case <-ctx.Done():
 		// The call may still run in Redis; its tokens are then lost, which
 		// errs on the side of admitting less.
@@ -117,15 +138,18 @@ func (bt *Batcher) Stats() (roundTrips, commands, decisions int64) {
 
 func (bt *Batcher) work() {
 	batch := make([]*op, 0, bt.opts.MaxBatch)
-	for o := range bt.queue {
+	for {
+		var o *op
+		select {
+		case o = <-bt.queue:
+		case <-bt.closed:
+			return
+		}
 		batch = append(batch[:0], o)
 	fill:
 		for len(batch) < bt.opts.MaxBatch {
 			select {
-			case o, ok := <-bt.queue:
-				if !ok {
-					break fill
-				}
+			case o := <-bt.queue:
 				batch = append(batch, o)
 			default:
 				break fill

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,5 +136,49 @@ func TestEmptyBucketCacheIsExactAndSavesCalls(t *testing.T) {
 	time.Sleep(d.RetryAfter)
 	if d, _ := chain.Allow(ctx, b, 1); !d.Allowed {
 		t.Fatalf("after the wait: %+v, want allowed", d)
+	}
+}
+
+// TestCloseDuringTakes closes a Batcher while Takes are in flight, as a
+// gateway does at shutdown while a breaker probe may still run: no panic,
+// no Take left hanging, and Takes after Close fail with ErrClosed.
+func TestCloseDuringTakes(t *testing.T) {
+	srv := redistest.Start(t)
+	bt := NewBatcher(srv.Client(t), BatcherOptions{Workers: 2})
+	b := Bucket{Key: Key("shop-a", "closing"), Capacity: 1e6, RefillTokens: 1, RefillPeriodMs: 3600_000}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var ok, closed atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Until this caller sees the Batcher closed.
+			for {
+				_, err := bt.Take(ctx, b, 1, 1)
+				switch {
+				case err == nil:
+					ok.Add(1)
+				case errors.Is(err, ErrClosed):
+					closed.Add(1)
+					return
+				default:
+					t.Errorf("Take: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	for ok.Load() < 100 && !t.Failed() {
+		time.Sleep(time.Millisecond)
+	}
+	bt.Close()
+	bt.Close() // twice is fine
+	wg.Wait()
+	if closed.Load() != 8 {
+		t.Fatalf("%d of 8 callers saw ErrClosed", closed.Load())
+	}
+	if _, err := bt.Take(ctx, b, 1, 1); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Take after Close: %v, want ErrClosed", err)
 	}
 }

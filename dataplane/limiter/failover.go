@@ -29,7 +29,11 @@ type Failover struct {
 	// waited counts requests that waited for the primary; probes counts
 	// background probes.
 	waited, probes atomic.Int64
+	// lastErr is the primary's most recent error (an errBox), for logs.
+	lastErr atomic.Value
 }
+
+type errBox struct{ err error }
 
 // Pinger is implemented by primaries that can be health-checked without
 // taking a token; Run uses it to close the breaker when no traffic comes.
@@ -108,6 +112,7 @@ func (f *Failover) Decide(ctx context.Context, b Bucket, cost int64) Decision {
 		f.probes.Add(1)
 		go func() {
 			_, err := f.call(context.Background(), b, cost)
+			f.record(err)
 			done(err)
 		}()
 		return f.fallback(b, cost)
@@ -117,6 +122,7 @@ func (f *Failover) Decide(ctx context.Context, b Bucket, cost int64) Decision {
 	if err != nil && ctx.Err() != nil {
 		err = errClientGone
 	}
+	f.record(err)
 	done(err)
 	if err != nil {
 		return f.fallback(b, cost)
@@ -182,8 +188,26 @@ func (f *Failover) Run(ctx context.Context) {
 		if err != nil && ctx.Err() != nil {
 			err = errClientGone
 		}
+		f.record(err)
 		done(err)
 	}
+}
+
+// record keeps err as the last error, unless it says nothing about the
+// primary. It runs before the breaker hears of err, so OnStateChange sees it.
+func (f *Failover) record(err error) {
+	if err != nil && !errors.Is(err, errClientGone) {
+		f.lastErr.Store(errBox{err})
+	}
+}
+
+// LastError is the primary's most recent error (nil if it never failed),
+// for logs: OnStateChange("closed", "open") can say why the breaker opened.
+func (f *Failover) LastError() error {
+	if b, ok := f.lastErr.Load().(errBox); ok {
+		return b.err
+	}
+	return nil
 }
 
 // Waited is the number of requests that waited for the primary (at most

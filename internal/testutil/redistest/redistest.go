@@ -597,3 +597,13 @@ func quoteArgs(args []string) []string {
 	}
 	return q
 }
+
+// quietClientLog drops go-redis's own log lines in tests: they kill and pause
+// servers on purpose, and the client's dial errors would otherwise bury the
+// test output (hundreds of lines per outage test). Failures still surface as
+// errors returned to the code under test.
+type quietClientLog struct{}
+
+func (quietClientLog) Printf(context.Context, string, ...any) {}
+
+func init() { redis.SetLogger(quietClientLog{}) }
