@@ -77,6 +77,11 @@ bench-publish: ## Controller snapshot publish time at 20,000 and 100,000 rules.
 bench: ## Benchmark report (under 10 min): .bench/report.md, results.json, plots.
 	go run ./hack/bench -out .bench
 
+.PHONY: bench-report
+bench-report: bench ## Full benchmark, then its report into BENCHMARKS.md and its plots into docs/bench/.
+	mkdir -p docs/bench && cp .bench/*.png docs/bench/
+	sed 's|](\([a-z0-9-]*\.png\))|](docs/bench/\1)|' .bench/report.md > BENCHMARKS.md
+
 .PHONY: bench-quick
 bench-quick: ## Every benchmark scenario briefly (1-2 min): checks the harness.
 	go run ./hack/bench -quick -out .bench/quick

@@ -160,6 +160,9 @@ func throughputPlot(t *ThroughputResult, limitMs float64) (*plot.Plot, error) {
 func accuracyPlot(c AccuracyCase) (*plot.Plot, error) {
 	title := fmt.Sprintf("Accuracy, %d instances on one bucket, %s", c.Instances, c.Case)
 	p := newPlot(title, "time (s)", "admitted (cumulative)")
+	// The curves rise to the top right and event labels sit at the top:
+	// the bottom right is free.
+	p.Legend.Top, p.Legend.Left = false, false
 	s := c.Series
 	var got, ideal plotter.XYs
 	var sum int64
