@@ -37,7 +37,7 @@ func TestQuickRunProducesReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.buildTo = filepath.Join(out, "tollgate")
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	t.Cleanup(func() { runCleanups(); killAll() })
 	if err := run(ctx, cfg); err != nil {

@@ -81,12 +81,28 @@ func (h *harness) build(ctx context.Context) error {
 	if h.cfg.buildTo != "" {
 		h.bin = h.cfg.buildTo
 	}
-	h.logf("building %s (CGO_ENABLED=0 go build %s)", h.bin, strings.Join(buildFlags, " "))
-	args := append([]string{"build"}, buildFlags...)
+	flags := buildFlags
+	if raceEnabled {
+		// Under make test: a race build reuses the packages the tests
+		// compiled (a release build would compile everything again), and
+		// the gateways then run under the race detector too.
+		flags = []string{"-race"}
+	}
+	env := "CGO_ENABLED=0 "
+	if raceEnabled {
+		env = ""
+	}
+	h.logf("building %s (%sgo build %s)", h.bin, env, strings.Join(flags, " "))
+	args := append([]string{"build"}, flags...)
 	args = append(args, "-o", h.bin, ".")
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = h.repo
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = os.Environ()
+	if !raceEnabled {
+		// As the image; the race build keeps the tests' settings so that
+		// their compiled packages are reused.
+		cmd.Env = append(cmd.Env, "CGO_ENABLED=0")
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

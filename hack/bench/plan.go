@@ -78,12 +78,19 @@ func newPlan(quick bool) plan {
 		PublishBench:  "Publish/rules=100000/cold",
 	}
 	if quick {
+		// Quick mode checks the harness, not the machine: low rates, so
+		// that it also runs under the race detector (make test) next to
+		// other test packages without saturating two cores.
 		p.Warmup = 300 * time.Millisecond
+		p.LatencyRates = []int{250, 500, 1000}
 		p.LatencyDur = time.Second
-		p.CeilingRates = []int{2500, 5000}
+		p.CeilingRates = []int{250, 500}
 		p.CeilingDur = time.Second
+		p.ProfileRate = 250
 		p.ProfileDur = time.Second
+		p.CostRate = 250
 		p.CostDur = time.Second
+		p.OutageRate = 250
 		p.AccuracyWindow = time.Second
 		p.OutagePhase = 1500 * time.Millisecond
 		p.PropagationChanges = 3
