@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Installs what tollgate's tests and demo need from the machine's package
-# manager: redis-server and redis-cli (Debian packages). Does nothing when they
-# are already installed. Needs root or passwordless sudo to install.
+# manager: redis-server and redis-cli (Debian packages). With the argument
+# "nginx" also nginx, the plain reverse proxy `make bench` measures as a
+# reference. Does nothing when they are already installed. Needs root or
+# passwordless sudo to install.
 set -euo pipefail
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+if [ "${1:-}" = nginx ] && [ ! -x /usr/sbin/nginx ]; then
+  missing+=(nginx-light)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 sudo=""

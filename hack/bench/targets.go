@@ -28,6 +28,18 @@ func (h *harness) checkTargets() []TargetCheck {
 					fmt.Sprintf("%+.3f ms (p99 %.3f vs %.3f ms direct)", s.AddedP99, s.Gateway.P99, s.Direct.P99), s.AddedP99 <= 1, true, "")
 			}
 		}
+		// CPU per proxied request against nginx proxying the same traffic.
+		for _, n := range r.Latency.Nginx {
+			for _, s := range r.Latency.Steps {
+				if s.Rate != n.Rate || n.CPUPerRequest <= 0 {
+					continue
+				}
+				ratio := s.CPUPerRequest / n.CPUPerRequest
+				add(fmt.Sprintf("gateway CPU per proxied request at %d req/s", s.Rate), "≤ 2× nginx's",
+					fmt.Sprintf("%.1f µs vs nginx %.1f µs: %.2f×", s.CPUPerRequest, n.CPUPerRequest, ratio), ratio <= 2, true,
+					"the gateway also decides (Redis call included); nginx only proxies")
+			}
+		}
 	} else {
 		add("added latency p99 at 2,500 req/s", "≤ 1 ms over direct", "not run", false, false, "")
 	}
