@@ -179,8 +179,10 @@ func TestRLSHitsAddend(t *testing.T) {
 
 func TestRLSIETFHeaders(t *testing.T) {
 	srv := redistest.Start(t)
+	// Slow refills (one token per 18 s and per 6 s), so the figures do not
+	// depend on the time between the calls.
 	e := newEnv(t, "http://127.0.0.1:1",
-		rule("r", "shop-a", "create-order", 200, "refillPerSecond: 100")+
+		rule("r", "shop-a", "create-order", 200, "refill: {tokens: 200, period: 1h}")+
 			rule("s", "shop-a", "list-orders", 10, "refill: {tokens: 10, period: 1m}"))
 	o := e.rlsOptions(srv.Addr())
 	o.IETFHeaders = true
@@ -189,20 +191,21 @@ func TestRLSIETFHeaders(t *testing.T) {
 	res := call(t, c, "envoy", 0, tr("shop-a", "create-order"))
 	expectHeaders(t, res, map[string]string{
 		"X-RateLimit-Limit": "200", "X-RateLimit-Remaining": "199",
-		// The same values as the HTTP proxy's (TestIETFHeaders).
-		"RateLimit-Policy": `"create-order";q=200;w=2`,
-		"RateLimit":        `"create-order";r=199;t=1`,
+		// Formatted as the HTTP proxy's (TestIETFHeaders): quota and
+		// seconds to refill it; remaining and seconds until full.
+		"RateLimit-Policy": `"create-order";q=200;w=3600`,
+		"RateLimit":        `"create-order";r=199;t=18`,
 	})
 	res = call(t, c, "envoy", 0, tr("shop-a", "create-order"), tr("shop-a", "list-orders"))
 	expectHeaders(t, res, map[string]string{
 		"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "9",
-		"RateLimit-Policy": `"create-order";q=200;w=2, "list-orders";q=10;w=60`,
-		"RateLimit":        `"create-order";r=198;t=1, "list-orders";r=9;t=6`,
+		"RateLimit-Policy": `"create-order";q=200;w=3600, "list-orders";q=10;w=60`,
+		"RateLimit":        `"create-order";r=198;t=36, "list-orders";r=9;t=6`,
 	})
 	if l := res.Statuses[1].CurrentLimit; l.RequestsPerUnit != 10 || l.Unit != rlsv3.RateLimitResponse_RateLimit_MINUTE {
 		t.Fatalf("current_limit %v", l)
 	}
-	if l := res.Statuses[0].CurrentLimit; l.RequestsPerUnit != 100 || l.Unit != rlsv3.RateLimitResponse_RateLimit_SECOND {
+	if l := res.Statuses[0].CurrentLimit; l.RequestsPerUnit != 200 || l.Unit != rlsv3.RateLimitResponse_RateLimit_HOUR {
 		t.Fatalf("current_limit %v", l)
 	}
 }
