@@ -112,7 +112,7 @@ func (u *upstreams) build(r *routes.Route) *upstream {
 		// headers. (-1 here cost a timer goroutine and a separate write
 		// for the headers of every response: ~17 % of the gateway's CPU in
 		// the bench profile.)
-		BufferPool:    &u.buffers,
+		BufferPool: &u.buffers,
 		ModifyResponse: func(res *http.Response) error {
 			for _, h := range ownHeaders {
 				res.Header.Del(h)
