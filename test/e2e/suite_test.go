@@ -55,10 +55,16 @@ var _ = BeforeSuite(func() {
 	workDir = GinkgoT().TempDir()
 	By("building bin/tollgate")
 	binary = filepath.Join(workDir, "tollgate")
-	// The image's build flags (Makefile GO_BUILD_FLAGS, Dockerfile), so the
-	// build cache of the Dockerfile test serves this build too.
+	// Under the race detector (make test) a race build: it links from the
+	// packages the tests already compiled, and the gateway and controller
+	// processes are race-checked too. Otherwise the image's build flags
+	// (Makefile GO_BUILD_FLAGS, Dockerfile).
 	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", binary, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if raceEnabled {
+		build = exec.Command("go", "build", "-race", "-o", binary, ".")
+		build.Env = os.Environ()
+	}
 	build.Dir = envtestutil.RepoRoot()
 	out, err := build.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), string(out))

@@ -1,0 +1,6 @@
+//go:build race
+
+package e2e
+
+// raceEnabled: the suite runs under the race detector (make test).
+const raceEnabled = true
