@@ -57,6 +57,15 @@ func f3(x float64) string { return fmt.Sprintf("%.3f", x) }
 func f1(x float64) string { return fmt.Sprintf("%.1f", x) }
 func xr(x float64) string { return fmt.Sprintf("%.2f×", x) }
 
+// xrBase formats a ratio to a baseline that may be missing (a ceiling of 0:
+// the baseline failed its first step).
+func xrBase(x, base float64) string {
+	if base == 0 {
+		return "n/a (baseline failed its first step)"
+	}
+	return xr(x)
+}
+
 func (h *harness) markdown() string {
 	r := h.res
 	var m md
@@ -168,7 +177,8 @@ func (h *harness) mdThroughput(m *md) {
 	m.p("")
 	var rows [][]string
 	for _, md := range t.Modes {
-		rows = append(rows, []string{md.Mode, md.Flags, fmt.Sprint(md.Ceiling), xr(md.CeilingVs), f1(md.CeilingCPU), xr(md.CPUVs), md.StoppedBy})
+		base := t.Modes[0]
+		rows = append(rows, []string{md.Mode, md.Flags, fmt.Sprint(md.Ceiling), xrBase(md.CeilingVs, float64(base.Ceiling)), f1(md.CeilingCPU), xrBase(md.CPUVs, base.CeilingCPU), md.StoppedBy})
 	}
 	m.table([]string{"mode", "how", "ceiling req/s", "vs classic", "CPU µs/decision at ceiling", "vs classic", "next step failed by"}, rows)
 	rows = nil
