@@ -252,6 +252,7 @@ func (r *SnapshotReconciler) updateState(c compiled, pub published) {
 	prev := r.state.snapshot()
 	next := make(map[types.UID]ruleState, len(c.Verdicts))
 	var accepted, conflicts, invalid float64
+	var changed []types.NamespacedName
 	for uid, v := range c.Verdicts {
 		st := ruleState{verdict: v}
 		p, seen := prev[uid]
@@ -274,10 +275,16 @@ func (r *SnapshotReconciler) updateState(c compiled, pub published) {
 		next[uid] = st
 		if !seen || p != st {
 			obj := c.Objects[uid]
-			r.statusQ.add(types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name})
+			changed = append(changed, types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name})
 		}
 	}
+	// The new state first, then the names: a status worker that picked a
+	// name up before the state was replaced would find nothing to write,
+	// and nobody would enqueue the rule again.
 	r.state.replace(next)
+	for _, nn := range changed {
+		r.statusQ.add(nn)
+	}
 	rulesByState.WithLabelValues("accepted").Set(accepted)
 	rulesByState.WithLabelValues("conflict").Set(conflicts)
 	rulesByState.WithLabelValues("invalid").Set(invalid)
