@@ -538,8 +538,8 @@ func TestWatcher(t *testing.T) {
 
 	// Rewriting the same content (new mtime, same hash) does not reload.
 	writeFile(t, path, routeFileWith("a", "b"))
-	w.poll()
-	w.poll()
+	w.Poll()
+	w.Poll()
 	if n, _ := rec.counts(); n != 1 || w.Current() != second {
 		t.Errorf("identical content reloaded: %d reloads", n)
 	}
@@ -548,7 +548,7 @@ func TestWatcher(t *testing.T) {
 	writeFile(t, path, routeFileWith("a", "b")+"- {id: bad, path: nope, upstream: 'http://x'}\n")
 	eventually(t, "OnError", func() bool { _, n := rec.counts(); return n >= 1 })
 	for range 5 {
-		w.poll() // each poll sees the same bad content
+		w.Poll() // each poll sees the same bad content
 	}
 	if _, n := rec.counts(); n != 1 {
 		t.Errorf("OnError called %d times for one bad content, want 1", n)
@@ -590,7 +590,7 @@ func TestWatcherReadErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		w.poll()
+		w.Poll()
 	}
 	if r, e := rec.counts(); r != 0 || e != 1 || w.Current() != good {
 		t.Errorf("after removal: %d reloads, %d errors, table kept: %v", r, e, w.Current() == good)
@@ -598,14 +598,14 @@ func TestWatcherReadErrors(t *testing.T) {
 
 	// The same content coming back is not a reload, but re-arms reporting.
 	writeFile(t, path, routeFileWith("a"))
-	w.poll()
+	w.Poll()
 	if r, e := rec.counts(); r != 0 || e != 1 || w.Current() != good {
 		t.Errorf("after restore: %d reloads, %d errors", r, e)
 	}
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	w.poll()
+	w.Poll()
 	if _, e := rec.counts(); e != 2 {
 		t.Errorf("second removal: %d errors, want 2", e)
 	}
