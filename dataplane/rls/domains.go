@@ -140,19 +140,7 @@ func ParseDomains(data []byte) (*Domains, error) {
 	return NewDomains(f.Domains)
 }
 
-// LoadDomains reads and parses a domain file.
-func LoadDomains(path string) (*Domains, []byte, error) {
-	data, err := readFile(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	ds, err := ParseDomains(data)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return ds, data, nil
-}
-
+// readFile reads at most maxFileSize bytes of path.
 func readFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
