@@ -1,0 +1,280 @@
+package gateway_test
+
+import (
+	"context"
+	"net/http"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/dataplane/gateway"
+	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
+)
+
+// The tests in this file hold the cluster-wide limit under stress: a slow or
+// saturated machine, calls that miss the Redis deadline, Redis frozen with
+// buckets already drained, and a breaker that must watch Redis rather than
+// the gateway's own cache.
+
+// exactCluster is three standalone gateways (--replicas 3) on one Redis with
+// the given per-gateway options.
+func exactCluster(t *testing.T, srv *redistest.Server, rules string, tune func(o *gateway.Options)) []*running {
+	t.Helper()
+	up := echoUpstream(t)
+	e := newEnv(t, up.URL, rules)
+	var gws []*running
+	for range 3 {
+		o := e.options(srv.Addr())
+		o.Replicas = 3
+		if tune != nil {
+			tune(&o)
+		}
+		gws = append(gws, start(t, o, testLogger(t)))
+	}
+	return gws
+}
+
+// burst fires n requests at once for tenant, spread over gws, and returns
+// how many were admitted. Every answer must be 200 or 429.
+func burst(t *testing.T, gws []*running, tenant string, n int) int {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	startGate := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-startGate
+			req, _ := http.NewRequest("POST", gws[i%len(gws)].url+"/orders", nil)
+			req.Header.Set("X-Api-Key", tenant)
+			res, err := client.Do(req)
+			if err != nil {
+				t.Errorf("request: %v", err)
+				return
+			}
+			res.Body.Close()
+			switch res.StatusCode {
+			case 200:
+				admitted.Add(1)
+			case 429:
+			default:
+				t.Errorf("status %d, want 200 or 429", res.StatusCode)
+			}
+		}()
+	}
+	close(startGate)
+	wg.Wait()
+	return int(admitted.Load())
+}
+
+// cpuHog keeps every core busy until the test ends, as a loaded shared
+// machine would: the gateways then miss short deadlines because they are
+// starved, not because Redis is slow.
+func cpuHog(t *testing.T) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range runtime.NumCPU() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x := 0
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for i := range 100_000 {
+					x += i
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() })
+}
+
+// TestClusterExactUnderLoad: three gateways, one bucket of 60 that does not
+// refill during the test, 600 requests at once, the machine loaded. With the
+// default deadline nothing may pass beyond the 60; with a 1 ms deadline
+// (most calls miss it) at most 5 % more.
+func TestClusterExactUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads the machine")
+	}
+	const capacity, requests = 60, 600
+	cases := []struct {
+		name    string
+		timeout time.Duration
+		max     int
+		runs    int
+	}{
+		{"default deadline", 5 * time.Millisecond, capacity, 20},
+		{"1ms deadline", time.Millisecond, capacity + capacity*5/100, 10},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			var rules string
+			for run := range tc.runs {
+				rules += rule("burst-"+strconv.Itoa(run), "burst-"+strconv.Itoa(run), "create-order", capacity, slow)
+			}
+			gws := exactCluster(t, srv, rules, func(o *gateway.Options) { o.RedisTimeout = tc.timeout })
+			cpuHog(t)
+			var got []int
+			for run := range tc.runs {
+				n := burst(t, gws, "burst-"+strconv.Itoa(run), requests)
+				got = append(got, n)
+				if n > tc.max {
+					t.Errorf("run %d: admitted %d of %d, want at most %d", run+1, n, requests, tc.max)
+				}
+			}
+			t.Logf("admitted per run: %v", got)
+		})
+	}
+}
+
+// TestFallbackRemembersRedis: a bucket emptied through Redis, then Redis
+// frozen: the local fallback continues from what Redis said (empty), so a
+// burst over three gateways admits at most one request per gateway. After
+// Redis resumes, no request that was given up on takes a token there.
+func TestFallbackRemembersRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := rule("drained", "drained", "create-order", 60, slow) +
+		rule("half", "half", "create-order", 60, slow) +
+		rule("trip", "trip", "create-order", 1000, "refillPerSecond: 1000")
+	gws := exactCluster(t, srv, rules, func(o *gateway.Options) {
+		o.RedisTimeout = 50 * time.Millisecond
+		o.BreakerOpenFor = 200 * time.Millisecond
+	})
+	ctx := context.Background()
+	rc := srv.Client(t)
+
+	// Empty "drained" and half-empty "half" through Redis, from every gateway.
+	if n := burst(t, gws, "drained", 90); n != 60 {
+		t.Fatalf("draining: admitted %d, want 60", n)
+	}
+	if n := burst(t, gws, "half", 30); n != 30 {
+		t.Fatalf("half: admitted %d, want 30", n)
+	}
+
+	srv.Pause()
+	for _, gw := range gws {
+		waitFor(t, 20*time.Second, "breaker open", func() bool {
+			send(t, "POST", gw.url+"/orders", "trip")
+			return gw.BreakerState() == "open"
+		})
+	}
+	if n := burst(t, gws, "drained", 300); n > 3 {
+		t.Errorf("Redis frozen after the bucket was emptied: admitted %d of 300, want at most 3 (one per gateway)", n)
+	}
+	// The half-empty bucket: Redis said 30 left, so the three local buckets
+	// hold about 10 each.
+	if n := burst(t, gws, "half", 300); n > 33 {
+		t.Errorf("Redis frozen with 30 tokens left: admitted %d, want at most 33", n)
+	}
+
+	srv.Resume()
+	for _, gw := range gws {
+		waitFor(t, 20*time.Second, "breaker closed", func() bool { return gw.BreakerState() == "closed" })
+	}
+	// Requests given up on while Redis was frozen must not have taken
+	// tokens when it resumed.
+	time.Sleep(200 * time.Millisecond)
+	tokens, err := rc.HGet(ctx, "rl:{half}:create-order", "tokens").Float64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tokens < 29.99 {
+		t.Errorf("after resume the half bucket holds %.2f tokens in Redis, want 30: stale calls took tokens", tokens)
+	}
+}
+
+// TestBreakerWatchesRedisNotTheCache: one tenant's bucket is known empty
+// (cached), Redis is frozen, that tenant keeps sending and another tenant
+// too. The cached rejections must not keep the breaker closed: it opens,
+// stays open while Redis is frozen, and the other tenant stops waiting for
+// the Redis deadline.
+func TestBreakerWatchesRedisNotTheCache(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := rule("empty", "empty", "create-order", 5, slow) +
+		rule("other", "other", "create-order", 1000, "refillPerSecond: 1000")
+	up := echoUpstream(t)
+	e := newEnv(t, up.URL, rules)
+	o := e.options(srv.Addr())
+	o.RedisTimeout = 50 * time.Millisecond
+	o.BreakerOpenFor = 200 * time.Millisecond
+	gw := start(t, o, testLogger(t))
+	for range 8 {
+		send(t, "POST", gw.url+"/orders", "empty")
+	}
+	srv.Pause()
+	defer srv.Resume()
+
+	var transitions []string
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	sendEvery := func(tenant string, every time.Duration) {
+		defer wg.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			send(t, "POST", gw.url+"/orders", tenant)
+		}
+	}
+	wg.Add(3)
+	go sendEvery("empty", 20*time.Millisecond)
+	go sendEvery("other", 100*time.Millisecond)
+	go func() {
+		defer wg.Done()
+		last := gw.BreakerState()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if s := gw.BreakerState(); s != last {
+				mu.Lock()
+				transitions = append(transitions, last+"->"+s)
+				mu.Unlock()
+				last = s
+			}
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for gw.BreakerState() != "open" {
+		if time.Now().After(deadline) {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("breaker never opened while Redis was frozen (transitions %v)", transitions)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	waits := gw.RedisWaits()
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+	if w := gw.RedisWaits() - waits; w != 0 {
+		t.Errorf("%d requests waited for Redis while the breaker was open", w)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, tr := range transitions {
+		if tr == "half-open->closed" || tr == "open->closed" {
+			t.Errorf("breaker closed while Redis was frozen: transitions %v", transitions)
+			break
+		}
+	}
+	t.Logf("transitions: %v", transitions)
+}

@@ -1,0 +1,82 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
+)
+
+// TestNoScriptChargesOnce: a Cluster node that loses its scripts (failover,
+// SCRIPT FLUSH) makes only its own commands fail with NOSCRIPT; re-sending
+// the whole pipeline would charge the buckets on the other nodes twice.
+func TestNoScriptChargesOnce(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	client := cluster.Client(t)
+	ctx := context.Background()
+	_, bt := newChain(t, client)
+	var buckets []Bucket
+	for i := range 12 {
+		buckets = append(buckets, Bucket{Key: Key(fmt.Sprintf("tenant-%d", i), "r"), Capacity: 1000, RefillTokens: 1, RefillPeriodMs: 3600_000})
+	}
+	granted := make([]int64, len(buckets))
+	for round := range 30 {
+		// Lose the scripts on one node between rounds.
+		node := cluster.Nodes()[round%3]
+		if err := node.Client(t).ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan int, len(buckets))
+		for i, b := range buckets {
+			go func() {
+				r, err := bt.Take(ctx, b, 1, 1)
+				if err != nil {
+					t.Error(err)
+				} else if r.Granted > 0 {
+					done <- i
+					return
+				}
+				done <- -1
+			}()
+		}
+		for range buckets {
+			if i := <-done; i >= 0 {
+				granted[i]++
+			}
+		}
+	}
+	for i, b := range buckets {
+		tokens, err := client.HGet(ctx, b.Key, "tokens").Float64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if taken := 1000 - tokens; taken != float64(granted[i]) {
+			t.Errorf("%s: Redis took %.0f tokens for %d granted decisions", b.Key, taken, granted[i])
+		}
+	}
+}
+
+// TestTTLFollowsRuleChange: a bucket drained under a fast refill (short
+// expiry), then its rule changed to a slow refill: rejections alone must keep
+// it alive for the new rule's refill time, not let it expire on the old
+// expiry and come back full.
+func TestTTLFollowsRuleChange(t *testing.T) {
+	srv := redistest.Start(t)
+	r := NewRedis(srv.Client(t))
+	ctx := context.Background()
+	fast := Bucket{Key: Key("t", "ttl"), Capacity: 5, RefillTokens: 5, RefillPeriodMs: 1000}
+	if got, err := r.Take(ctx, fast, 5, 5); err != nil || got.Granted != 5 {
+		t.Fatalf("drain: %+v %v", got, err)
+	}
+	slowB := fast
+	slowB.RefillTokens, slowB.RefillPeriodMs = 1, 3600_000
+	deadline := time.Now().Add(2500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if got, err := r.Take(ctx, slowB, 1, 1); err != nil || got.Granted != 0 {
+			t.Fatalf("after the change to a slow refill: %+v %v, want rejected", got, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
