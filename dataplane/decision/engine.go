@@ -97,6 +97,7 @@ func (e *Engine) sharded(ctx context.Context, tenant, route, region string, rule
 	sb.Capacity = b.Capacity / float64(shards)
 	sb.RefillPeriodMs = b.RefillPeriodMs * int64(shards)
 	sb.Prefetch = e.batch(rule, sb)
+	sb.Shards, sb.WholeKey = shards, b.Key
 	start := e.opts.Pick(shards)
 	var last limiter.Decision
 	retry := int64(-1)
@@ -106,9 +107,14 @@ func (e *Engine) sharded(ctx context.Context, tenant, route, region string, rule
 		if err != nil {
 			return d, err
 		}
-		if d.Allowed || d.Source == limiter.SourceFailOpen || d.Source == limiter.SourceFailClosed {
-			// Remaining is an estimate: this shard's, times the shards.
-			d.Remaining *= int64(shards)
+		if d.Allowed || d.Source != limiter.SourceRedis {
+			// Allowed, or decided without Redis: the local fallback keeps
+			// one bucket for the whole rule, so other shards would only
+			// ask it again.
+			if d.Source == limiter.SourceRedis {
+				// Remaining is an estimate: this shard's, times the shards.
+				d.Remaining *= int64(shards)
+			}
 			return d, nil
 		}
 		if d.RetryAfter >= 0 && (retry < 0 || int64(d.RetryAfter) < retry) {

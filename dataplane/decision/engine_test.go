@@ -20,12 +20,15 @@ type oneRule struct{ r snapshot.Rule }
 
 func (o *oneRule) Lookup(string, string) *snapshot.Rule { return &o.r }
 
-// chain is a gateway's batched limiter chain on client (no breaker: these
-// tests are about Redis decisions).
+// chain is a gateway's batched limiter chain on client, with deadlines long
+// enough that a slow test machine never falls back: these tests are about
+// Redis decisions.
 func chain(t *testing.T, client limiter.BatchClient) limiter.Limiter {
-	bt := limiter.NewBatcher(client, limiter.BatcherOptions{})
-	t.Cleanup(bt.Close)
-	return limiter.NewCache(bt, limiter.CacheOptions{})
+	c := limiter.NewChain(limiter.ChainOptions{
+		Client: client, Coalesce: true, EmptyBucketCache: true, Timeout: 30 * time.Second, MaxWait: 30 * time.Second,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 func redisTime(t *testing.T, c redis.Cmdable) time.Time {

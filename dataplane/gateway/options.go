@@ -38,28 +38,31 @@ type Options struct {
 	DefaultCapacity        int64
 	DefaultRefillPerSecond int64
 
-	Limiter        string
-	Redis          redisconf.Options
-	RedisTimeout   time.Duration
-	BreakerFailure uint32
-	BreakerOpenFor time.Duration
-	Batching       bool
-	Pipelines      int
-	PrefetchTTL    time.Duration
-	Region         string
+	Limiter      string
+	Redis        redisconf.Options
+	RedisTimeout time.Duration
+	RedisMaxWait time.Duration
+	// EmptyBucketCache: see --empty-bucket-cache.
+	EmptyBucketCache bool
+	BreakerFailure   uint32
+	BreakerOpenFor   time.Duration
+	Batching         bool
+	Pipelines        int
+	PrefetchTTL      time.Duration
+	Region           string
 
 	Kubeconfig        string
 	SnapshotNamespace string
 	SnapshotName      string
 
-	Replicas         int
-	MembershipGroup  string
-	PodName          string
-	LeaseDuration    time.Duration
-	ReloadInterval   time.Duration
-	ShutdownGrace    time.Duration
-	ReadHeaderTimout time.Duration
-	IdleTimeout      time.Duration
+	Replicas          int
+	MembershipGroup   string
+	PodName           string
+	LeaseDuration     time.Duration
+	ReloadInterval    time.Duration
+	ShutdownGrace     time.Duration
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
 
 	// Clock is the gateway's clock for local decisions; tests skew it.
 	// Default time.Now. Not a flag.
@@ -96,13 +99,18 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Decision backend: redis (shared buckets, local fallback on failure) or local (in-process buckets only, sized 1/--replicas; for trying tollgate without Redis).")
 	o.Redis.AddFlags(fs)
 	fs.DurationVar(&o.RedisTimeout, "redis-timeout", 5*time.Millisecond,
-		"Deadline of one Redis decision; slower answers count as failures and the request is decided by the rule's failure mode.")
+		"How long Redis may stay silent after a decision's call was written to it before the call fails (it then counts toward the breaker and the request is decided by the rule's failure mode). "+
+			"Time queued inside a busy gateway does not count, and a Redis that is answering other calls is late, not failing: such calls are waited for up to --redis-max-wait.")
+	fs.DurationVar(&o.RedisMaxWait, "redis-max-wait", 100*time.Millisecond,
+		"Hard cap on one decision's wait for Redis, queueing in the gateway included: the worst latency Redis can add to a request (raised to --redis-timeout when lower). "+
+			"A call given up before it was sent is never sent; one that reaches Redis after its caller gave up takes nothing.")
+	fs.BoolVar(&o.EmptyBucketCache, "empty-bucket-cache", true,
+		"Reject requests against a bucket Redis reported empty without asking Redis again until it can refill (exact: tokens only arrive at the refill rate). False asks Redis for every request.")
 	fs.Uint32Var(&o.BreakerFailure, "breaker-failures", 5, "Consecutive Redis failures that open the circuit breaker (no request waits for Redis while it is open).")
 	fs.DurationVar(&o.BreakerOpenFor, "breaker-open-for", 500*time.Millisecond, "How long the breaker stays open before one background probe tries Redis again.")
 	fs.BoolVar(&o.Batching, "redis-batching", true,
-		"Save Redis round trips under load: concurrent requests for one bucket share a script call, calls for different buckets share a pipeline, "+
-			"and requests against a bucket Redis reported empty are rejected locally until it can refill. Exact either way; false sends one call per request (the classic design).")
-	fs.IntVar(&o.Pipelines, "redis-pipelines", 4, "With --redis-batching: pipelines in flight at once.")
+		"Save Redis round trips under load: concurrent requests for one bucket share a script call. Exact either way; false sends one script call per request (the classic design).")
+	fs.IntVar(&o.Pipelines, "redis-pipelines", 4, "Calls (pipelines) in flight to Redis at once; with --redis-batching=false at least 64 are used.")
 	fs.DurationVar(&o.PrefetchTTL, "prefetch-ttl", 250*time.Millisecond, "How long tokens prefetched for a hotKey rule stay usable before they are dropped.")
 	fs.StringVar(&o.Region, "region", "",
 		"This gateway's region: rules with spec.regions are enforced at this region's share, with keys of their own. Default: none (whole limits).")
@@ -117,7 +125,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", 6*time.Second, "A replica whose Lease is not renewed for this long stops counting.")
 	fs.DurationVar(&o.ReloadInterval, "reload-interval", time.Second, "How often the routes, rules and API key files are checked for changes.")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 15*time.Second, "On SIGTERM, time given to in-flight requests before the gateway exits.")
-	fs.DurationVar(&o.ReadHeaderTimout, "read-header-timeout", 10*time.Second, "Time a client has to send request headers.")
+	fs.DurationVar(&o.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "Time a client has to send request headers.")
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", 120*time.Second, "How long an idle client keep-alive connection stays open.")
 }
 

@@ -3,7 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
-	"strings"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,21 +11,44 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Batcher is a Taker that saves Redis round trips under load:
+// Batcher is the Taker the gateway sends its Redis calls through:
 //
 //   - requests queued for the same bucket with cost 1 share one script call
 //     that takes as many tokens as there are requests (the first ones get
-//     them), so a hot bucket costs one call per batch, not per request;
+//     them), so a hot bucket costs one call per batch, not per request
+//     (unless NoCoalesce: then every request is a call of its own, the
+//     classic design);
 //   - calls for different buckets go to Redis together in one pipeline.
 //
 // Workers take whatever is queued, send it as one pipeline and take the next
 // batch when it returns, so at low load a request is sent at once (a batch of
-// one) and at high load batches grow instead of queues. Decisions stay exact:
-// every granted token was taken in Redis.
+// one) and at high load batches grow instead of queues.
+//
+// How long a call waits, and what counts as Redis failing:
+//
+//   - Time spent queued in the gateway is not Redis's: a request waits for a
+//     worker as long as its own context allows (the chain's MaxWait), and a
+//     request that gives up before its call was written is never sent.
+//   - Once a call is written, Timeout measures Redis: the call fails when
+//     Redis has sent nothing at all, on any connection, for Timeout since it
+//     was written. A Redis that answers other calls is late, not gone, and
+//     the call keeps waiting within its context.
+//   - Every call carries its caller's deadline in Redis time: a call that
+//     reaches Redis after its caller gave up (a frozen server resuming) takes
+//     nothing.
+//
+// Decisions stay exact: every granted token was taken in Redis, and no token
+// is taken in Redis for a request decided elsewhere, but for calls written
+// before their caller gave up and run before its deadline (those tokens are
+// lost: fewer admissions, never more).
 type Batcher struct {
 	client BatchClient
 	queue  chan *op
 	opts   BatcherOptions
+	clock  redisClock
+	// lastHeard is when Redis last sent anything (unix ns): a pipeline's
+	// reply, or bytes read on any connection.
+	lastHeard atomic.Int64
 	// closed is closed by Close; queue never is, so a Take racing with
 	// Close (a breaker probe still in flight at shutdown) gets ErrClosed
 	// instead of a send on a closed channel.
@@ -49,18 +72,62 @@ type BatcherOptions struct {
 	Workers int
 	// MaxBatch bounds the requests in one pipeline. Default 256.
 	MaxBatch int
+	// NoCoalesce sends every request as a script call of its own (requests
+	// for one bucket do not share a call).
+	NoCoalesce bool
+	// Timeout is how long Redis may stay silent after a call was written
+	// before the call fails. Default 5ms.
+	Timeout time.Duration
 	// ExecTimeout bounds one pipeline. Requests give up earlier, on their
 	// own deadline. Default 1s.
 	ExecTimeout time.Duration
 }
 
+// Errors of Take.
+var (
+	// ErrClosed is returned by Takes on a closed Batcher.
+	ErrClosed = errors.New("limiter: batcher closed")
+	// ErrRedisSilent: the call was written, and Redis sent nothing for the
+	// whole Timeout since. It may still run in Redis.
+	ErrRedisSilent = errors.New("limiter: Redis sent nothing within the deadline")
+	// ErrNotSent: the caller gave up while its call was still queued in
+	// the gateway; it was never sent. This says nothing about Redis.
+	ErrNotSent = errors.New("limiter: call given up before it was sent (gateway busy)")
+)
+
+// op states.
+const (
+	opQueued int32 = iota
+	opSent
+	opAbandoned // given up while queued: never sent
+)
+
 // op is one queued Take.
 type op struct {
 	b          Bucket
 	cost, want int64
-	res        TakeResult
-	err        error
-	done       chan struct{}
+	deadlineMs int64 // Redis time; 0: none
+	state      atomic.Int32
+	// finished is set by whoever answers first: the worker (a reply), the
+	// watchdog (Redis silent) or the caller (gave up).
+	finished atomic.Bool
+	res      TakeResult
+	err      error
+	done     chan struct{}
+	// late, when set, receives a successful reply that arrived after the
+	// op was answered otherwise (prefetched tokens must not be lost).
+	late func(TakeResult)
+}
+
+// finish answers o unless it was answered already; it reports whether it
+// did.
+func (o *op) finish(res TakeResult, err error) bool {
+	if !o.finished.CompareAndSwap(false, true) {
+		return false
+	}
+	o.res, o.err = res, err
+	close(o.done)
+	return true
 }
 
 // NewBatcher starts a Batcher's workers; Close stops them.
@@ -71,30 +138,60 @@ func NewBatcher(client BatchClient, opts BatcherOptions) *Batcher {
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 256
 	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Millisecond
+	}
 	if opts.ExecTimeout <= 0 {
 		opts.ExecTimeout = time.Second
 	}
 	bt := &Batcher{client: client, queue: make(chan *op, 4*opts.MaxBatch), opts: opts, closed: make(chan struct{})}
+	bt.listen(client)
 	for range opts.Workers {
 		go bt.work()
 	}
 	return bt
 }
 
-// ErrClosed is returned by Takes on a closed Batcher.
-var ErrClosed = errors.New("limiter: batcher closed")
+// listen makes every connection to Redis report reads as signs of life, so
+// that a call waiting behind others on a busy server is known to be late,
+// not lost. Connections dialled before this (a pool's first idle ones) do
+// not report; replies to whole pipelines still do.
+func (bt *Batcher) listen(client BatchClient) {
+	hook := heardHook{bt}
+	switch c := client.(type) {
+	case *redis.Client:
+		c.AddHook(hook)
+	case *redis.ClusterClient:
+		c.OnNewNode(func(n *redis.Client) { n.AddHook(hook) })
+	}
+}
+
+func (bt *Batcher) heard() { bt.lastHeard.Store(time.Now().UnixNano()) }
 
 // Close stops the workers: pipelines in flight finish, Takes still queued
 // and any later Take fail with ErrClosed. Safe to call more than once and
 // concurrently with Take.
-func (bt *Batcher) Close() { bt.closeOnce.Do(func() { close(bt.closed) }) }
+func (bt *Batcher) Close() error {
+	bt.closeOnce.Do(func() { close(bt.closed) })
+	return nil
+}
 
 // Ping checks that Redis answers; it implements Pinger.
 func (bt *Batcher) Ping(ctx context.Context) error { return bt.client.Ping(ctx).Err() }
 
 // Take implements Taker.
 func (bt *Batcher) Take(ctx context.Context, b Bucket, cost, want int64) (TakeResult, error) {
-	o := &op{b: b, cost: cost, want: want, done: make(chan struct{})}
+	return bt.take(ctx, b, cost, want, nil)
+}
+
+// TakeLate is Take, and hands a successful reply that arrives after Take
+// returned (the caller gave up, or Redis was silent for a while) to late.
+func (bt *Batcher) TakeLate(ctx context.Context, b Bucket, cost, want int64, late func(TakeResult)) (TakeResult, error) {
+	return bt.take(ctx, b, cost, want, late)
+}
+
+func (bt *Batcher) take(ctx context.Context, b Bucket, cost, want int64, late func(TakeResult)) (TakeResult, error) {
+	o := &op{b: b, cost: cost, want: want, deadlineMs: bt.clock.deadline(ctx), done: make(chan struct{}), late: late}
 	select {
 	case <-bt.closed:
 		return TakeResult{}, ErrClosed
@@ -105,7 +202,7 @@ func (bt *Batcher) Take(ctx context.Context, b Bucket, cost, want int64) (TakeRe
 	case <-bt.closed:
 		return TakeResult{}, ErrClosed
 	case <-ctx.Done():
-		return TakeResult{}, ctx.Err()
+		return TakeResult{}, errors.Join(ErrNotSent, ctx.Err())
 	}
 	select {
 	case <-o.done:
@@ -113,21 +210,22 @@ func (bt *Batcher) Take(ctx context.Context, b Bucket, cost, want int64) (TakeRe
 	case <-bt.closed:
 		// Queued after the workers stopped, or in a pipeline that may
 		// still finish: either way no answer is coming in time.
-		return TakeResult{}, ErrClosed
+		o.state.CompareAndSwap(opQueued, opAbandoned)
+		if o.finish(TakeResult{}, ErrClosed) {
+			return TakeResult{}, ErrClosed
+		}
+		return o.res, o.err
 	case <-ctx.Done():
-		// The call may still run in Redis; its tokens are then lost, which
-		// errs on the side of admitting less.
-		return TakeResult{}, ctx.Err()
+		notSent := o.state.CompareAndSwap(opQueued, opAbandoned)
+		err := ctx.Err()
+		if notSent {
+			err = errors.Join(ErrNotSent, err)
+		}
+		if o.finish(TakeResult{}, err) {
+			return TakeResult{}, err
+		}
+		return o.res, o.err // answered at the same moment
 	}
-}
-
-// Allow implements Limiter.
-func (bt *Batcher) Allow(ctx context.Context, b Bucket, cost int64) (Decision, error) {
-	r, err := bt.Take(ctx, b, cost, cost)
-	if err != nil {
-		return Decision{}, err
-	}
-	return r.Decision(b, cost), nil
 }
 
 // Stats returns the pipelines sent, script calls in them, and the Takes they
@@ -161,54 +259,118 @@ func (bt *Batcher) work() {
 
 // call is one script call: a group of ops on one bucket.
 type call struct {
-	ops  []*op
-	cmd  *redis.Cmd
-	cost int64
-	want int64
+	ops        []*op
+	cmd        *redis.Cmd
+	cost, want int64
+	deadlineMs int64
 }
 
-// send groups a batch into script calls, pipelines them and answers the ops.
-func (bt *Batcher) send(batch []*op) {
+// group turns a batch into script calls, leaving out ops whose caller gave
+// up while they were queued. Single-token requests on one bucket share a
+// call (unless NoCoalesce); anything else (a prefetch, a cost above one)
+// gets its own.
+func (bt *Batcher) group(batch []*op) []*call {
 	var calls []*call
-	byKey := map[string]*call{}
+	var byKey map[string]*call
 	for _, o := range batch {
-		// Single-token requests on one bucket share a call; anything else
-		// (a prefetch, a cost above one) gets its own.
-		if o.cost == 1 && o.want == 1 {
+		if !o.state.CompareAndSwap(opQueued, opSent) {
+			continue
+		}
+		if !bt.opts.NoCoalesce && o.cost == 1 && o.want == 1 {
+			if byKey == nil {
+				byKey = map[string]*call{}
+			}
 			if c := byKey[o.b.Key]; c != nil && c.ops[0].b == o.b {
 				c.ops = append(c.ops, o)
 				c.want++
+				if c.deadlineMs != 0 && (o.deadlineMs == 0 || o.deadlineMs > c.deadlineMs) {
+					c.deadlineMs = o.deadlineMs
+				}
 				continue
 			}
-			c := &call{ops: []*op{o}, cost: 1, want: 1}
+			c := &call{ops: []*op{o}, cost: 1, want: 1, deadlineMs: o.deadlineMs}
 			byKey[o.b.Key] = c
 			calls = append(calls, c)
 			continue
 		}
-		calls = append(calls, &call{ops: []*op{o}, cost: o.cost, want: o.want})
+		calls = append(calls, &call{ops: []*op{o}, cost: o.cost, want: o.want, deadlineMs: o.deadlineMs})
+	}
+	return calls
+}
+
+// send pipelines a batch's calls and answers their ops. A watchdog fails the
+// ops early when Redis stays silent for Timeout after the pipeline was
+// written.
+func (bt *Batcher) send(batch []*op) {
+	calls := bt.group(batch)
+	if len(calls) == 0 {
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bt.opts.ExecTimeout)
 	defer cancel()
-	err := bt.exec(ctx, calls, false)
-	if err != nil && isNoScript(err) {
-		// Redis lost its scripts (restart, failover, SCRIPT FLUSH): send the
-		// batch again with EVAL, which carries the script and caches it for
-		// the next EVALSHA. A NOSCRIPT call did not run, so nothing counts
-		// twice.
-		err = bt.exec(ctx, calls, true)
-	}
-	bt.decisions.Add(int64(len(batch)))
+	sent := time.Now()
+	var finished atomic.Bool
+	watchdog := time.AfterFunc(bt.opts.Timeout, func() { bt.watch(calls, sent.Add(bt.opts.Timeout), &finished) })
+	defer watchdog.Stop()
+
+	bt.exec(ctx, calls, false)
+	// Redis lost its scripts (restart, failover, SCRIPT FLUSH) where some
+	// calls went: send those again with EVAL, which carries the script and
+	// caches it for the next EVALSHA. A NOSCRIPT call did not run, so
+	// nothing counts twice; calls that ran are not sent again.
+	var again []*call
 	for _, c := range calls {
-		bt.answer(c, err)
+		if isNoScript(c.cmd.Err()) {
+			again = append(again, c)
+		}
+	}
+	if len(again) > 0 {
+		bt.exec(ctx, again, true)
+	}
+	finished.Store(true)
+	now := time.Now()
+	for _, c := range calls {
+		bt.answer(c, now)
+	}
+}
+
+// watch runs Timeout after a pipeline was written, and again while it is
+// out: if Redis has sent nothing in the last Timeout, the calls' ops fail
+// with ErrRedisSilent (their replies, if they ever come, go to the ops'
+// late handlers). due is when this check was meant to run: a check that
+// runs much later than that says this process is starved of CPU, and then
+// the silence may be ours (replies unread), not Redis's: it looks again.
+func (bt *Batcher) watch(calls []*call, due time.Time, finished *atomic.Bool) {
+	if finished.Load() {
+		return
+	}
+	now := time.Now()
+	again := func(after time.Duration) {
+		time.AfterFunc(after, func() { bt.watch(calls, now.Add(after), finished) })
+	}
+	if lag := now.Sub(due); lag > bt.opts.Timeout/2 {
+		again(bt.opts.Timeout / 2)
+		return
+	}
+	heard := time.Unix(0, bt.lastHeard.Load())
+	if since := now.Sub(heard); since < bt.opts.Timeout {
+		// Redis is answering: this call is late, not lost.
+		again(bt.opts.Timeout - since)
+		return
+	}
+	for _, c := range calls {
+		for _, o := range c.ops {
+			o.finish(TakeResult{}, ErrRedisSilent)
+		}
 	}
 }
 
 // exec sends one pipeline of script calls, by SHA or with the script.
-func (bt *Batcher) exec(ctx context.Context, calls []*call, withScript bool) error {
+func (bt *Batcher) exec(ctx context.Context, calls []*call, withScript bool) {
 	pipe := bt.client.Pipeline()
 	for _, c := range calls {
-		b := c.ops[0].b
-		args := []any{b.Capacity, b.RefillTokens, b.RefillPeriodMs, c.cost, c.want}
+		b := &c.ops[0].b
+		args := scriptArgs(b, c.cost, c.want, c.deadlineMs)
 		if withScript {
 			c.cmd = tokenBucket.Eval(ctx, pipe, []string{b.Key}, args...)
 		} else {
@@ -217,56 +379,86 @@ func (bt *Batcher) exec(ctx context.Context, calls []*call, withScript bool) err
 	}
 	bt.roundTrips.Add(1)
 	bt.commands.Add(int64(len(calls)))
-	_, err := pipe.Exec(ctx)
-	if err != nil {
-		for _, c := range calls {
-			if e := c.cmd.Err(); e != nil && isNoScript(e) {
-				return e
-			}
-		}
-	}
-	return err
+	_, _ = pipe.Exec(ctx) // each command carries its own error
 }
 
 // answer hands the result of a call to its ops: with several ops sharing a
 // call, the first ones get the granted tokens.
-func (bt *Batcher) answer(c *call, execErr error) {
-	var res TakeResult
-	err := c.cmd.Err()
-	if err == nil {
-		var vals []int64
-		vals, err = c.cmd.Int64Slice()
-		if err == nil && len(vals) != 4 {
-			err = errors.New("token bucket script: unexpected reply")
-		}
-		if err == nil {
-			res = TakeResult{Granted: vals[0], Remaining: vals[1], WaitMs: vals[2], ResetMs: vals[3]}
-		}
-	} else if execErr != nil && !errors.Is(err, execErr) {
-		err = errors.Join(err, execErr)
+func (bt *Batcher) answer(c *call, now time.Time) {
+	res, redisNow, err := parseReply(c.cmd)
+	if redisNow > 0 {
+		bt.heard()
+		bt.clock.observe(redisNow, now)
+	} else if err != nil && !isNetworkError(c.cmd.Err()) {
+		bt.heard() // a Redis error reply is a sign of life too
 	}
+	if errors.Is(err, errExpired) {
+		err = context.DeadlineExceeded
+	}
+	bt.decisions.Add(int64(len(c.ops)))
 	if len(c.ops) == 1 {
-		o := c.ops[0]
-		o.res, o.err = res, err
-		close(o.done)
+		bt.deliver(c.ops[0], res, err)
 		return
 	}
 	for i, o := range c.ops {
-		o.err = err
+		r := TakeResult{}
 		if err == nil {
-			o.res = TakeResult{Remaining: res.Remaining, ResetMs: res.ResetMs}
+			r = TakeResult{Remaining: res.Remaining, ResetMs: res.ResetMs}
 			if int64(i) < res.Granted {
-				o.res.Granted = 1
+				r.Granted = 1
 			} else {
 				// The bucket ran dry within this batch; the script's wait
 				// is the time until the next token.
-				o.res.WaitMs = res.WaitMs
+				r.WaitMs = res.WaitMs
 			}
 		}
-		close(o.done)
+		bt.deliver(o, r, err)
 	}
 }
 
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+// deliver answers o, or hands a successful reply to its late handler when o
+// was answered already.
+func (bt *Batcher) deliver(o *op, res TakeResult, err error) {
+	if !o.finish(res, err) && err == nil && o.late != nil {
+		o.late(res)
+	}
+}
+
+// isNetworkError reports whether err came from the connection rather than
+// from Redis.
+func isNetworkError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+// heardHook wraps every new connection so reads count as signs of life.
+type heardHook struct{ bt *Batcher }
+
+func (h heardHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return heardConn{Conn: c, bt: h.bt}, nil
+	}
+}
+
+func (heardHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (heardHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+type heardConn struct {
+	net.Conn
+	bt *Batcher
+}
+
+func (c heardConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.bt.heard()
+	}
+	return n, err
 }

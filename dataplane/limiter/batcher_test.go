@@ -29,10 +29,10 @@ func backends(t *testing.T) []backend {
 }
 
 // newChain is the gateway's batched chain without the breaker.
-func newChain(t *testing.T, c BatchClient) (*Cache, *Batcher) {
-	bt := NewBatcher(c, BatcherOptions{})
-	t.Cleanup(bt.Close)
-	return NewCache(bt, CacheOptions{}), bt
+func newChain(t *testing.T, c BatchClient) (allower, *Batcher) {
+	bt := NewBatcher(c, BatcherOptions{Timeout: 30 * time.Second})
+	t.Cleanup(func() { _ = bt.Close() })
+	return allow(NewCache(bt, CacheOptions{})), bt
 }
 
 func TestBatchedChainIsExact(t *testing.T) {

@@ -7,16 +7,14 @@ import (
 	"time"
 )
 
-// Taker takes tokens from the shared buckets: Redis (one call per Take) or
-// Batcher (calls coalesced and pipelined).
-type Taker interface {
-	// Take takes between cost and want tokens from b, or none when fewer
-	// than cost are there. Safe for concurrent use.
-	Take(ctx context.Context, b Bucket, cost, want int64) (TakeResult, error)
+// lateTaker is a Taker that can hand over a reply that arrives after Take
+// returned (Batcher, and Breaker around it).
+type lateTaker interface {
+	TakeLate(ctx context.Context, b Bucket, cost, want int64, late func(TakeResult)) (TakeResult, error)
 }
 
-// Cache sits between the request path and a Taker and saves Redis calls in
-// two exact-or-bounded ways:
+// Cache sits between the chain's outer layer and the Redis side and saves
+// Redis calls in two exact-or-bounded ways:
 //
 //   - Empty buckets: when Redis answers that a bucket needs W more
 //     milliseconds before it can serve a request, no request of at least that
@@ -27,9 +25,11 @@ type Taker interface {
 //   - Prefetch: for buckets with Prefetch > 1, one call takes up to Prefetch
 //     tokens and the next requests spend them locally. Concurrent requests
 //     wait for the one call in flight instead of sending their own. Tokens
-//     not spent within TTL are dropped.
+//     not spent within TTL are dropped. A batch whose reply comes after the
+//     request that asked for it gave up is kept for the next requests.
 //
-// Safe for concurrent use.
+// Answers given from what the Cache knows are marked Cached: they say
+// nothing about Redis's health. Safe for concurrent use.
 type Cache struct {
 	next   Taker
 	opts   CacheOptions
@@ -95,17 +95,9 @@ func NewCache(next Taker, opts CacheOptions) *Cache {
 	return c
 }
 
-// Ping checks the Taker when it is a Pinger; it lets Failover probe Redis
-// through the Cache.
-func (c *Cache) Ping(ctx context.Context) error {
-	if p, ok := c.next.(Pinger); ok {
-		return p.Ping(ctx)
-	}
-	return nil
-}
-
-// Allow implements Limiter.
-func (c *Cache) Allow(ctx context.Context, b Bucket, cost int64) (Decision, error) {
+// Take implements Taker. It takes cost tokens (want is set by the bucket's
+// Prefetch).
+func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, error) {
 	sh := &c.shards[maphash.String(c.seed, b.Key)%cacheShards]
 	for attempt := 0; ; attempt++ {
 		now := c.opts.Clock()
@@ -114,14 +106,14 @@ func (c *Cache) Allow(ctx context.Context, b Bucket, cost int64) (Decision, erro
 		if now.Before(e.emptyUntil) && cost >= e.emptyCost {
 			wait := e.emptyUntil.Sub(now)
 			sh.mu.Unlock()
-			return Decision{Limit: int64(b.Capacity), RetryAfter: wait, ResetAfter: resetAfter(b, 0), Source: SourceRedis}, nil
+			return TakeResult{WaitMs: ceilMs(wait), ResetMs: ceilMs(resetAfter(b, 0)), Cached: true}, nil
 		}
 		if b.Prefetch > 1 && e.tokens >= cost && now.Before(e.expires) {
 			e.tokens -= cost
-			d := Decision{Allowed: true, Limit: int64(b.Capacity), Remaining: e.remaining + e.tokens, Source: SourceRedis}
-			d.ResetAfter = resetAfter(b, float64(d.Remaining))
+			r := TakeResult{Granted: cost, Remaining: e.remaining + e.tokens, Cached: true}
+			r.ResetMs = ceilMs(resetAfter(b, float64(r.Remaining)))
 			sh.mu.Unlock()
-			return d, nil
+			return r, nil
 		}
 		if b.Prefetch > 1 && e.fetching != nil && attempt < 2 {
 			// Another request is fetching for this bucket: wait for it and
@@ -132,7 +124,7 @@ func (c *Cache) Allow(ctx context.Context, b Bucket, cost int64) (Decision, erro
 			case <-ch:
 				continue
 			case <-ctx.Done():
-				return Decision{}, ctx.Err()
+				return TakeResult{}, ctx.Err()
 			}
 		}
 		want := cost
@@ -148,8 +140,14 @@ func (c *Cache) Allow(ctx context.Context, b Bucket, cost int64) (Decision, erro
 }
 
 // fetch asks the Taker and records what it learnt.
-func (c *Cache) fetch(ctx context.Context, sh *cacheShard, b Bucket, cost, want int64, done chan struct{}) (Decision, error) {
-	r, err := c.next.Take(ctx, b, cost, want)
+func (c *Cache) fetch(ctx context.Context, sh *cacheShard, b Bucket, cost, want int64, done chan struct{}) (TakeResult, error) {
+	var r TakeResult
+	var err error
+	if lt, ok := c.next.(lateTaker); ok && want > cost {
+		r, err = lt.TakeLate(ctx, b, cost, want, func(late TakeResult) { c.keepLate(sh, b, late) })
+	} else {
+		r, err = c.next.Take(ctx, b, cost, want)
+	}
 	now := c.opts.Clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -161,25 +159,45 @@ func (c *Cache) fetch(ctx context.Context, sh *cacheShard, b Bucket, cost, want 
 		close(done)
 	}
 	if err != nil {
-		return Decision{}, err
+		return TakeResult{}, err
 	}
-	d := r.Decision(b, cost)
-	if !d.Allowed {
+	if r.Granted < cost {
 		if !c.opts.NoEmptyCache && r.WaitMs > 0 {
 			e.emptyUntil, e.emptyCost = now.Add(time.Duration(r.WaitMs)*time.Millisecond), cost
 		}
-		return d, nil
+		return r, nil
 	}
-	if extra := r.Granted - cost; extra > 0 {
-		if now.After(e.expires) {
-			e.tokens = 0
-		}
-		e.tokens += extra
-		e.expires = now.Add(c.opts.TTL)
-	}
+	e.keep(r.Granted-cost, now, c.opts.TTL)
 	e.remaining = r.Remaining
-	d.Remaining = r.Remaining + e.tokens
-	return d, nil
+	r.Remaining += e.tokens
+	return r, nil
+}
+
+// keepLate keeps the tokens of a prefetch whose requester gave up.
+func (c *Cache) keepLate(sh *cacheShard, b Bucket, r TakeResult) {
+	now := c.opts.Clock()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.entry(b, now, c.opts.MaxEntries)
+	e.keep(r.Granted, now, c.opts.TTL)
+	e.remaining = r.Remaining
+}
+
+// keep adds prefetched tokens, usable for ttl.
+func (e *cacheEntry) keep(extra int64, now time.Time, ttl time.Duration) {
+	if extra <= 0 {
+		return
+	}
+	if now.After(e.expires) {
+		e.tokens = 0
+	}
+	e.tokens += extra
+	e.expires = now.Add(ttl)
+}
+
+// ceilMs is d in whole milliseconds, rounded up.
+func ceilMs(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // entry returns the entry of b, created or reset when b's limits changed.

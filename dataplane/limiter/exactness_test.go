@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -52,7 +53,8 @@ func TestNoScriptChargesOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if taken := 1000 - tokens; taken != float64(granted[i]) {
+		// The bucket refills by a fraction of a token meanwhile.
+		if taken := math.Round(1000 - tokens); taken != float64(granted[i]) {
 			t.Errorf("%s: Redis took %.0f tokens for %d granted decisions", b.Key, taken, granted[i])
 		}
 	}

@@ -1,5 +1,22 @@
 package limiter
 
-import "github.com/tollgate-dev/tollgate/api/v1alpha1"
+import (
+	"context"
+
+	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+)
 
 var validID = v1alpha1.ValidIdentifier
+
+// allower adapts a Taker to Limiter for tests: one decision per Take.
+type allower struct{ Taker }
+
+func allow(t Taker) allower { return allower{t} }
+
+func (a allower) Allow(ctx context.Context, b Bucket, cost int64) (Decision, error) {
+	r, err := a.Take(ctx, b, cost, cost)
+	if err != nil {
+		return Decision{}, err
+	}
+	return r.decision(cost), nil
+}

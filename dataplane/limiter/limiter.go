@@ -1,6 +1,7 @@
-// Package limiter makes rate limit decisions: the Redis token bucket shared by
-// every gateway replica, and (see fallback.go) the local buckets used when
-// Redis cannot answer.
+// Package limiter makes rate limit decisions for one bucket: the Redis token
+// bucket shared by every gateway replica and the local buckets used when
+// Redis cannot answer. NewChain (chain.go) assembles its layers; read it
+// first.
 package limiter
 
 import (
@@ -26,6 +27,24 @@ type Bucket struct {
 	// Prefetch is the number of tokens Cache takes from Redis per call for
 	// this bucket; 0 or 1 means one decision per request.
 	Prefetch int64
+	// Shards is the number of shards the rule's bucket is split into (0 or
+	// 1: not sharded). The local fallback decides for the whole bucket, not
+	// per shard, so that its floor of one token does not multiply.
+	Shards int
+	// WholeKey is the key of the unsharded bucket when Shards > 1; the
+	// local fallback uses it.
+	WholeKey string
+}
+
+// localView is the bucket the local fallback keeps for b: the whole rule
+// when b is one shard of it, b itself otherwise.
+func (b *Bucket) localView() (key string, capacity, perMs float64) {
+	perMs = float64(b.RefillTokens) / float64(b.RefillPeriodMs)
+	if b.Shards > 1 {
+		s := float64(b.Shards)
+		return b.WholeKey, b.Capacity * s, perMs * s
+	}
+	return b.Key, b.Capacity, perMs
 }
 
 // Key is the Redis key of the bucket of tenant on route: rl:{tenant}:route.
@@ -102,7 +121,8 @@ func (s Source) String() string {
 type Decision struct {
 	// Allowed is true when the request may pass.
 	Allowed bool
-	// Limit is the bucket's capacity.
+	// Limit is the capacity this gateway enforces for the rule (its region's
+	// share). Only the decision engine sets it.
 	Limit int64
 	// Remaining is the number of whole tokens left after this request.
 	Remaining int64
@@ -116,11 +136,51 @@ type Decision struct {
 	Source Source
 }
 
-// Limiter decides whether requests may pass.
+// Limiter decides whether requests may pass. Chain and Local implement it.
 type Limiter interface {
 	// Allow takes cost tokens from bucket b when it holds at least that many.
 	// The gateway calls it once per request, from many goroutines at once.
-	// An error means no decision could be made (Redis unreachable, timed
-	// out); the caller then applies the rule's failure mode.
+	// An error means no decision could be made; Chain never returns one (it
+	// applies the rule's failure mode instead).
 	Allow(ctx context.Context, b Bucket, cost int64) (Decision, error)
+}
+
+// Taker takes tokens from the shared buckets. Every layer below the chain's
+// outer one implements it: Redis and Batcher (the script), Breaker (a
+// circuit breaker around them) and Cache (empty buckets and prefetch).
+type Taker interface {
+	// Take takes between cost and want tokens from b, or none when fewer
+	// than cost are there. Safe for concurrent use.
+	Take(ctx context.Context, b Bucket, cost, want int64) (TakeResult, error)
+}
+
+// TakeResult is the answer to one Take.
+type TakeResult struct {
+	// Granted tokens were taken: 0, or between cost and want.
+	Granted int64
+	// Remaining whole tokens are left.
+	Remaining int64
+	// WaitMs is the time until cost tokens exist after the call (the wait
+	// before retrying a rejected call); -1 when cost exceeds capacity.
+	WaitMs int64
+	// ResetMs is the time until the bucket is full.
+	ResetMs int64
+	// Cached is true when the Cache answered from what it already knew,
+	// without asking Redis: such answers say nothing about Redis's health.
+	Cached bool
+}
+
+// decision turns the answer to a Take of cost into a Decision decided by
+// Redis. Limit is left to the decision engine.
+func (r TakeResult) decision(cost int64) Decision {
+	d := Decision{
+		Allowed:    r.Granted >= cost,
+		Remaining:  r.Remaining,
+		ResetAfter: time.Duration(r.ResetMs) * time.Millisecond,
+		Source:     SourceRedis,
+	}
+	if !d.Allowed {
+		d.RetryAfter = time.Duration(r.WaitMs) * time.Millisecond
+	}
+	return d
 }

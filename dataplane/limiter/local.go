@@ -14,6 +14,14 @@ import (
 // admit roughly the cluster-wide limit. When N changes, buckets are resized
 // on their next use, keeping the fraction of tokens they held.
 //
+// The buckets mirror Redis: every answer Redis gives for a bucket (Observe)
+// sets the local bucket to the Redis bucket's remaining tokens divided by N,
+// as of that answer, so a fallback continues from what the cluster has
+// already spent instead of adding a fresh allowance on top of it. Only a
+// bucket never seen from Redis starts full (capacity/N). A sharded rule has
+// one local bucket for the whole rule (its floor of one token does not
+// multiply by the shards).
+//
 // Memory is bounded: at most MaxBuckets buckets are kept. A bucket that has
 // been idle long enough to refill completely is the same as a missing one, so
 // those go first; when none has, the least recently used of a small sample
@@ -74,21 +82,22 @@ func (l *Local) Allow(_ context.Context, b Bucket, cost int64) (Decision, error)
 	return l.Decide(b, cost), nil
 }
 
-// Decide takes cost tokens from the local bucket of b.
-func (l *Local) Decide(b Bucket, cost int64) Decision {
-	n := max(1, l.opts.Replicas())
-	capacity := max(1, b.Capacity/float64(n))
-	perMs := float64(b.RefillTokens) / float64(b.RefillPeriodMs) / float64(n)
-	now := l.opts.Clock()
+// share is this replica's share of b's local bucket: its key, capacity/N
+// (at least one token) and rate/N per millisecond, and N.
+func (l *Local) share(b *Bucket) (key string, capacity, perMs, n float64) {
+	n = float64(max(1, l.opts.Replicas()))
+	key, whole, wholePerMs := b.localView()
+	return key, max(1, whole/n), wholePerMs / n, n
+}
 
-	sh := &l.shards[maphash.String(l.seed, b.Key)%localShards]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	bk := sh.buckets[b.Key]
+// bucket returns the local bucket of key sized capacity and perMs, created
+// full when missing, refilled to now. The caller holds sh.mu.
+func (l *Local) bucket(sh *localShard, key string, capacity, perMs float64, now time.Time) *localBucket {
+	bk := sh.buckets[key]
 	if bk == nil {
 		l.makeRoom(sh, now)
 		bk = &localBucket{tokens: capacity, capacity: capacity, perMs: perMs, last: now}
-		sh.buckets[b.Key] = bk
+		sh.buckets[key] = bk
 	}
 	bk.refill(now)
 	if bk.capacity != capacity || bk.perMs != perMs {
@@ -96,8 +105,52 @@ func (l *Local) Decide(b Bucket, cost int64) Decision {
 		bk.tokens = bk.tokens / bk.capacity * capacity
 		bk.capacity, bk.perMs = capacity, perMs
 	}
+	return bk
+}
 
-	d := Decision{Limit: int64(math.Round(capacity)), Source: SourceLocal}
+// Observe mirrors an answer of Redis for b: remaining tokens were left in
+// Redis's bucket just now. For one shard of a sharded rule, the whole is
+// estimated as remaining times the shards.
+func (l *Local) Observe(b Bucket, remaining int64) {
+	key, capacity, perMs, n := l.share(&b)
+	whole := float64(max(0, remaining))
+	if b.Shards > 1 {
+		whole *= float64(b.Shards)
+	}
+	now := l.opts.Clock()
+	sh := &l.shards[maphash.String(l.seed, key)%localShards]
+	sh.mu.Lock()
+	bk := l.bucket(sh, key, capacity, perMs, now)
+	bk.tokens = min(capacity, whole/n)
+	sh.mu.Unlock()
+}
+
+// Decide takes cost tokens from the local bucket of b.
+func (l *Local) Decide(b Bucket, cost int64) Decision {
+	d, _ := l.decide(b, cost, false)
+	return d
+}
+
+// DecideSeen is Decide for a bucket this instance holds already (one that
+// mirrors an answer of Redis, or one it decided before); ok is false, and
+// nothing is created, for a bucket it does not hold.
+func (l *Local) DecideSeen(b Bucket, cost int64) (d Decision, ok bool) {
+	return l.decide(b, cost, true)
+}
+
+func (l *Local) decide(b Bucket, cost int64, seenOnly bool) (Decision, bool) {
+	key, capacity, perMs, _ := l.share(&b)
+	now := l.opts.Clock()
+
+	sh := &l.shards[maphash.String(l.seed, key)%localShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if seenOnly && sh.buckets[key] == nil {
+		return Decision{}, false
+	}
+	bk := l.bucket(sh, key, capacity, perMs, now)
+
+	d := Decision{Source: SourceLocal}
 	if bk.tokens >= float64(cost) {
 		bk.tokens -= float64(cost)
 		d.Allowed = true
@@ -108,7 +161,7 @@ func (l *Local) Decide(b Bucket, cost int64) Decision {
 	}
 	d.Remaining = int64(math.Floor(bk.tokens))
 	d.ResetAfter = msDuration((capacity - bk.tokens) / perMs)
-	return d
+	return d, true
 }
 
 // msDuration rounds a number of milliseconds up to a Duration.

@@ -70,7 +70,7 @@ func TestLocalDecisionFields(t *testing.T) {
 	l := NewLocal(LocalOptions{Clock: c.Now, Replicas: func() int { return 2 }})
 	b := Bucket{Key: "k", Capacity: 10, RefillTokens: 2, RefillPeriodMs: 1000} // 5 tokens, 1/s locally
 	d := l.Decide(b, 1)
-	if !d.Allowed || d.Remaining != 4 || d.Limit != 5 || d.Source != SourceLocal || d.ResetAfter != time.Second {
+	if !d.Allowed || d.Remaining != 4 || d.Source != SourceLocal || d.ResetAfter != time.Second {
 		t.Fatalf("first decision %+v", d)
 	}
 	takeN(l, b, 4)

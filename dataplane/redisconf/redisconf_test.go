@@ -69,8 +69,8 @@ func TestPasswordAndACLUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	d, err := limiter.NewRedis(c).Allow(context.Background(), limiter.Bucket{Key: limiter.Key("t", "r"), Capacity: 1, RefillTokens: 1, RefillPeriodMs: 1000}, 1)
-	if err != nil || !d.Allowed {
+	d, err := limiter.NewRedis(c).Take(context.Background(), limiter.Bucket{Key: limiter.Key("t", "r"), Capacity: 1, RefillTokens: 1, RefillPeriodMs: 1000}, 1, 1)
+	if err != nil || d.Granted != 1 {
 		t.Fatalf("decision with ACL user: %+v %v", d, err)
 	}
 }
@@ -99,7 +99,7 @@ func TestSentinelFailover(t *testing.T) {
 	decide := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_, err := l.Allow(ctx, b, 1)
+		_, err := l.Take(ctx, b, 1, 1)
 		return err
 	}
 	if err := decide(); err != nil {

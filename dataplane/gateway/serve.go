@@ -1,0 +1,177 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+
+	"github.com/tollgate-dev/tollgate/dataplane/rls"
+)
+
+// loop is a background task that runs until its context ends.
+type loop struct {
+	name string
+	run  func(context.Context) error
+}
+
+// loops are the gateway's background tasks: watching files and ConfigMaps,
+// counting replicas, probing Redis while the breaker is open.
+func (g *Gateway) loops() []loop {
+	quiet := func(f func(context.Context)) func(context.Context) error {
+		return func(ctx context.Context) error { f(ctx); return nil }
+	}
+	ls := []loop{
+		{"replica counting", g.members.Run},
+		{"Redis probe", quiet(g.chain.Run)},
+	}
+	if g.routes != nil {
+		ls = append(ls, loop{"routes file", quiet(g.routes.Run)})
+	}
+	if g.rlsDomains != nil {
+		ls = append(ls, loop{"rate limit domains file", quiet(g.rlsDomains.Run)})
+	}
+	if g.keys != nil {
+		ls = append(ls, loop{"API keys file", quiet(g.keys.Run)})
+	}
+	if g.files != nil {
+		ls = append(ls, loop{"rules files", quiet(g.files.Run)})
+	}
+	if g.cms != nil {
+		ls = append(ls, loop{"rule snapshot ConfigMaps", g.cms.Run})
+	}
+	if g.rls != nil {
+		ls = append(ls, loop{"gRPC health", quiet(g.followHealth)})
+	}
+	return ls
+}
+
+// server is one listener's server: serve blocks until it stops, shutdown
+// stops it gracefully within ctx.
+type server struct {
+	name     string
+	serve    func() error
+	shutdown func(ctx context.Context)
+	// last servers stop after the others have drained.
+	last bool
+}
+
+// servers are the proxy, the rate limit service and the admin listener, as
+// configured.
+func (g *Gateway) servers() []server {
+	var ss []server
+	if g.handler != nil {
+		srv := &http.Server{
+			Handler:           g.handler,
+			ReadHeaderTimeout: g.opts.ReadHeaderTimeout,
+			IdleTimeout:       g.opts.IdleTimeout,
+			MaxHeaderBytes:    64 << 10,
+		}
+		ss = append(ss, server{name: "proxy", serve: func() error { return srv.Serve(g.proxyLn) }, shutdown: func(ctx context.Context) {
+			if err := srv.Shutdown(ctx); err != nil {
+				g.log.Error(err, "in-flight requests cut off at the end of the grace period")
+				_ = srv.Close()
+			}
+		}})
+	}
+	if g.rls != nil {
+		// Health reports NOT_SERVING until Ready, like /readyz.
+		g.health = health.NewServer()
+		g.setHealth()
+		gs := rls.NewGRPCServer(g.rls, g.health)
+		ss = append(ss, server{name: "rate limit service", serve: func() error { return gs.Serve(g.rlsLn) }, shutdown: func(ctx context.Context) { g.stopGRPC(ctx, gs) }})
+	}
+	if g.adminLn != nil {
+		admin := &http.Server{Handler: g.adminMux(), ReadHeaderTimeout: 10 * time.Second}
+		// The admin listener stays up during the drain, so probes see
+		// "not ready" rather than a refused connection.
+		ss = append(ss, server{name: "admin", serve: func() error { return admin.Serve(g.adminLn) }, shutdown: func(context.Context) { _ = admin.Close() }, last: true})
+	}
+	return ss
+}
+
+// Run serves until ctx ends, then drains in-flight requests for up to
+// ShutdownGrace and releases everything.
+func (g *Gateway) Run(ctx context.Context) error {
+	defer g.close()
+	bg, stopLoops := context.WithCancel(context.Background())
+	var loops errgroup.Group
+	for _, l := range g.loops() {
+		loops.Go(func() error {
+			if err := l.run(bg); err != nil && bg.Err() == nil {
+				g.log.Error(err, "background task stopped", "task", l.name)
+			}
+			return nil
+		})
+	}
+	defer func() { stopLoops(); _ = loops.Wait() }()
+
+	servers := g.servers()
+	errc := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() {
+			if err := s.serve(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+				errc <- fmt.Errorf("%s stopped: %w", s.name, err)
+			}
+		}()
+	}
+	g.listening.Store(true)
+	if g.health != nil {
+		g.setHealth()
+	}
+	g.log.Info("gateway serving", "listen", g.Addr(), "rls", g.RLSAddr(), "admin", g.AdminAddr(), "limiter", g.opts.Limiter,
+		"redis", g.opts.Redis.String(), "replicas", g.members.Replicas())
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	g.drain(servers)
+	return err
+}
+
+// drain stops taking requests and lets those in flight finish within
+// ShutdownGrace: not ready from now on, so a load balancer stops sending new
+// requests.
+func (g *Gateway) drain(servers []server) {
+	g.stopping.Store(true)
+	if g.health != nil {
+		g.health.Shutdown() // NOT_SERVING from now on
+	}
+	g.log.Info("shutting down", "grace", g.opts.ShutdownGrace)
+	sctx, cancel := context.WithTimeout(context.Background(), g.opts.ShutdownGrace)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		if !s.last {
+			wg.Go(func() { s.shutdown(sctx) })
+		}
+	}
+	wg.Wait()
+	for _, s := range servers {
+		if s.last {
+			s.shutdown(sctx)
+		}
+	}
+}
+
+// stopGRPC stops the rate limit service gracefully: no new calls, calls in
+// flight finish until ctx ends; then the rest is cut off.
+func (g *Gateway) stopGRPC(ctx context.Context, gs *grpc.Server) {
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		g.log.Error(ctx.Err(), "rate limit calls cut off at the end of the grace period")
+		gs.Stop()
+		<-done
+	}
+}

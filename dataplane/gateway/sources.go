@@ -1,0 +1,132 @@
+package gateway
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/tollgate-dev/tollgate/dataplane/identity"
+	"github.com/tollgate-dev/tollgate/dataplane/membership"
+	"github.com/tollgate-dev/tollgate/dataplane/rls"
+	"github.com/tollgate-dev/tollgate/dataplane/routes"
+	"github.com/tollgate-dev/tollgate/dataplane/rules"
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
+)
+
+// The gateway's sources: files (routes, rate limit domains, API keys,
+// standalone rules) and, in a cluster, the snapshot ConfigMaps and the
+// replica Leases.
+
+// loadFiles loads routes, API keys and (standalone) rules.
+func (g *Gateway) loadFiles() error {
+	reloadErr := func(source string) func(error) {
+		return func(err error) {
+			g.metrics.ReloadErrors.WithLabelValues(source).Inc()
+			g.log.Error(err, "reload refused; the last good version stays in use", "source", source)
+		}
+	}
+	var err error
+	if g.opts.RoutesFile != "" {
+		g.routes, err = routes.NewWatcher(g.opts.RoutesFile, routes.WatcherOptions{
+			Interval: g.opts.ReloadInterval,
+			OnReload: func(t *routes.Table) { g.log.Info("routes reloaded", "routes", t.Len()) },
+			OnError:  reloadErr("routes"),
+		})
+		if err != nil {
+			return fmt.Errorf("--routes: %w", err)
+		}
+	}
+	if g.opts.RLSDomainsFile != "" {
+		g.rlsDomains, err = rls.NewDomainsWatcher(g.opts.RLSDomainsFile, rls.WatcherOptions{
+			Interval: g.opts.ReloadInterval,
+			OnReload: func(ds *rls.Domains) { g.log.Info("rate limit domains reloaded", "domains", ds.Len()) },
+			OnError:  reloadErr("rls-domains"),
+		})
+		if err != nil {
+			return fmt.Errorf("--rls-domains: %w", err)
+		}
+	}
+	if g.opts.APIKeysFile != "" {
+		g.keys, err = identity.NewMappedWatcher(g.opts.APIKeysFile, identity.WatcherOptions{
+			Interval: g.opts.ReloadInterval,
+			OnReload: func(n int) { g.log.Info("API keys reloaded", "keys", n) },
+			OnError:  reloadErr("api-keys"),
+		})
+		if err != nil {
+			return fmt.Errorf("--api-keys-file: %w", err)
+		}
+	}
+	g.store = rules.NewStore(g.opts.defaultRule())
+	if g.opts.RulesPath != "" {
+		g.files, err = rules.NewFileSource(g.opts.RulesPath, g.store, rules.FileOptions{
+			Interval:  g.opts.ReloadInterval,
+			OnReload:  g.rulesLoaded,
+			OnWarning: func(msg string) { g.log.Info("rules warning", "warning", msg) },
+			OnError:   reloadErr("rules"),
+		})
+		if err != nil {
+			return fmt.Errorf("--rules: %w", err)
+		}
+	}
+	return nil
+}
+
+// rulesLoaded logs and records a new snapshot.
+func (g *Gateway) rulesLoaded(set *snapshot.Set) {
+	g.metrics.SnapshotVersion.Set(float64(set.Version()))
+	g.metrics.Rules.Set(float64(set.Len()))
+	g.metrics.SnapshotLoaded.Set(float64(time.Now().Unix()))
+	g.log.Info("rule snapshot loaded", "version", set.Version(), "rules", set.Len(), "shards", set.Count())
+}
+
+// connectKubernetes sets up the snapshot source and replica counting in
+// cluster mode; standalone mode uses --replicas.
+func (g *Gateway) connectKubernetes() error {
+	if g.opts.RulesPath != "" {
+		g.members = membership.Static(g.opts.Replicas)
+		return nil
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = g.opts.Kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("no --rules given, so rules come from Kubernetes, but no cluster is reachable: %w", err)
+	}
+	cfg.UserAgent = "tollgate-gateway"
+	if g.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	g.cms = newConfigMapSource(g)
+	identity := g.opts.PodName
+	if identity == "" {
+		identity, _ = os.Hostname()
+	}
+	m, err := membership.New(g.kube, membership.Options{
+		Namespace: g.opts.SnapshotNamespace, Group: g.opts.MembershipGroup, Identity: identity,
+		LeaseDuration: g.opts.LeaseDuration, RenewInterval: g.opts.LeaseDuration / 3,
+		Clock: g.opts.Clock, Logger: g.log.WithName("membership"),
+		OnChange: func(n int) {
+			g.metrics.Replicas.Set(float64(n))
+			g.log.Info("gateway replica count changed", "replicas", n)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	g.members = m
+	return nil
+}
+
+func newConfigMapSource(g *Gateway) *rules.ConfigMapSource {
+	return rules.NewConfigMapSource(g.kube, g.store, rules.ConfigMapOptions{
+		Namespace: g.opts.SnapshotNamespace, SnapshotName: g.opts.SnapshotName,
+		OnReload: g.rulesLoaded,
+		OnError: func(err error) {
+			g.metrics.ReloadErrors.WithLabelValues("rules").Inc()
+			g.log.Error(err, "rule snapshot problem; the last good rules stay in use")
+		},
+	})
+}

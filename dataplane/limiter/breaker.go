@@ -1,0 +1,236 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+// Breaker is a circuit breaker around the Redis side of the chain (Batcher
+// or Redis). It sits below the Cache, so it only ever hears of real Redis
+// calls: answers the Cache gives on its own neither close it nor reset its
+// count of failures.
+//
+// Policy:
+//   - FailuresToOpen consecutive failed calls open it, if they span at least
+//     MinFailingFor: a dead Redis fails every call for as long as it is
+//     dead, while a busy machine fails a burst of calls at one moment (one
+//     late pipeline) and then succeeds again. A failed call is one Redis did
+//     not answer: silent for the Timeout after the call was written, a
+//     connection error (refused, reset) or an error reply. A call given up
+//     while still queued in a busy gateway, one unanswered within MaxWait
+//     while Redis was not silent (a busy machine, a slow Redis), or one
+//     whose client went away is not a failure of Redis and does not count.
+//   - While it is not closed, Take fails at once with ErrOpen: no request
+//     waits for Redis. Requests never probe.
+//   - Run probes Redis itself (PING, not a cached answer) every OpenFor/2
+//     once OpenFor has passed; a PING answered within ProbeTimeout closes
+//     the breaker, a failed one keeps it open for another OpenFor. So while
+//     Redis stays down it stays open, without flapping.
+type Breaker struct {
+	next   Taker
+	pinger Pinger
+	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
+	opts   BreakerOptions
+
+	// waited counts calls that went to Redis; probes counts PING probes.
+	waited, probes atomic.Int64
+	// streakStart is when the current run of failures began (unix ns; 0:
+	// the last call succeeded).
+	streakStart atomic.Int64
+	// lastErr is Redis's most recent error (an errBox), for logs.
+	lastErr atomic.Value
+}
+
+type errBox struct{ err error }
+
+// Pinger is implemented by Takers that can be health-checked without taking
+// a token.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// BreakerOptions configure a Breaker.
+type BreakerOptions struct {
+	// FailuresToOpen consecutive failures open the breaker. Default 5.
+	FailuresToOpen uint32
+	// MinFailingFor is how long the failures must have gone on. Default
+	// 10ms.
+	MinFailingFor time.Duration
+	// OpenFor is how long the breaker stays open before it probes. Default
+	// 500ms.
+	OpenFor time.Duration
+	// ProbeTimeout bounds one PING probe. Default 50ms.
+	ProbeTimeout time.Duration
+	// OnStateChange is called when the breaker changes state ("closed",
+	// "open", "half-open"). Optional.
+	OnStateChange func(from, to string)
+	// ObserveRedis is called after every call to Redis with its duration
+	// and error. Optional; must be cheap.
+	ObserveRedis func(time.Duration, error)
+}
+
+// ErrOpen is returned by Take while the breaker is not closed.
+var ErrOpen = errors.New("limiter: circuit breaker open")
+
+// errNotRedis marks errors that say nothing about Redis.
+var errNotRedis = errors.New("not Redis's failure")
+
+// NewBreaker wraps next; pinger probes Redis while the breaker is open.
+func NewBreaker(next Taker, pinger Pinger, opts BreakerOptions) *Breaker {
+	if opts.FailuresToOpen == 0 {
+		opts.FailuresToOpen = 5
+	}
+	if opts.OpenFor <= 0 {
+		opts.OpenFor = 500 * time.Millisecond
+	}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = 50 * time.Millisecond
+	}
+	if opts.MinFailingFor <= 0 {
+		opts.MinFailingFor = 10 * time.Millisecond
+	}
+	br := &Breaker{next: next, pinger: pinger, opts: opts}
+	br.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        "redis",
+		MaxRequests: 1,
+		Timeout:     opts.OpenFor,
+		ReadyToTrip: br.readyToTrip,
+		IsExcluded:  func(err error) bool { return errors.Is(err, errNotRedis) },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			if opts.OnStateChange != nil {
+				opts.OnStateChange(from.String(), to.String())
+			}
+		},
+	})
+	return br
+}
+
+// readyToTrip: enough consecutive failures, over long enough.
+func (br *Breaker) readyToTrip(c gobreaker.Counts) bool {
+	start := br.streakStart.Load()
+	return c.ConsecutiveFailures >= br.opts.FailuresToOpen && start != 0 &&
+		time.Since(time.Unix(0, start)) >= br.opts.MinFailingFor
+}
+
+// Take implements Taker.
+func (br *Breaker) Take(ctx context.Context, b Bucket, cost, want int64) (TakeResult, error) {
+	return br.call(ctx, func(ctx context.Context) (TakeResult, error) { return br.next.Take(ctx, b, cost, want) })
+}
+
+// TakeLate passes late replies through when the next Taker hands them over.
+func (br *Breaker) TakeLate(ctx context.Context, b Bucket, cost, want int64, late func(TakeResult)) (TakeResult, error) {
+	lt, ok := br.next.(lateTaker)
+	if !ok {
+		return br.Take(ctx, b, cost, want)
+	}
+	return br.call(ctx, func(ctx context.Context) (TakeResult, error) { return lt.TakeLate(ctx, b, cost, want, late) })
+}
+
+func (br *Breaker) call(ctx context.Context, f func(context.Context) (TakeResult, error)) (TakeResult, error) {
+	if br.cb.State() != gobreaker.StateClosed {
+		return TakeResult{}, ErrOpen
+	}
+	done, err := br.cb.Allow()
+	if err != nil {
+		return TakeResult{}, ErrOpen
+	}
+	br.waited.Add(1)
+	start := time.Now()
+	r, err := f(ctx)
+	if br.opts.ObserveRedis != nil {
+		br.opts.ObserveRedis(time.Since(start), err)
+	}
+	done(br.classify(ctx, err))
+	return r, err
+}
+
+// classify says whether err is Redis's failure; it records those for logs.
+func (br *Breaker) classify(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		br.streakStart.Store(0)
+		return nil
+	case errors.Is(err, ErrNotSent), errors.Is(err, ErrClosed), errors.Is(ctx.Err(), context.Canceled):
+		// Queued in a busy gateway, shutting down, or the client went away.
+		return errNotRedis
+	case isTimeout(err):
+		// Written, and not answered within MaxWait, but Redis was not
+		// silent (that is ErrRedisSilent): a busy machine or a slow Redis.
+		// It does not open the breaker; the request is decided without
+		// adding to what Redis may grant it (see Chain).
+		return errNotRedis
+	}
+	br.streakStart.CompareAndSwap(0, time.Now().UnixNano())
+	br.lastErr.Store(errBox{err})
+	return err
+}
+
+// Run probes Redis in the background while the breaker is not closed, so
+// that it closes when Redis is back even if no request arrives. It returns
+// when ctx ends.
+func (br *Breaker) Run(ctx context.Context) {
+	tick := time.NewTicker(max(br.opts.OpenFor/2, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if br.cb.State() == gobreaker.StateClosed {
+			continue
+		}
+		done, err := br.cb.Allow()
+		if err != nil {
+			continue // still open
+		}
+		br.probes.Add(1)
+		pctx, cancel := context.WithTimeout(ctx, br.opts.ProbeTimeout)
+		start := time.Now()
+		err = br.pinger.Ping(pctx)
+		cancel()
+		if br.opts.ObserveRedis != nil {
+			br.opts.ObserveRedis(time.Since(start), err)
+		}
+		if err != nil && ctx.Err() != nil {
+			err = errors.Join(errNotRedis, err) // shutting down
+		} else if err != nil {
+			br.lastErr.Store(errBox{err})
+		} else {
+			br.streakStart.Store(0)
+		}
+		done(err)
+	}
+}
+
+// LastError is Redis's most recent error (nil if it never failed), for
+// logs: OnStateChange("closed", "open") can say why the breaker opened.
+func (br *Breaker) LastError() error {
+	if b, ok := br.lastErr.Load().(errBox); ok {
+		return b.err
+	}
+	return nil
+}
+
+// Waited is the number of calls that went to Redis (each waited at most
+// the chain's MaxWait). Once the breaker is open it stays still until the
+// breaker closes again.
+func (br *Breaker) Waited() int64 { return br.waited.Load() }
+
+// Probes is the number of PING probes sent while the breaker was open.
+func (br *Breaker) Probes() int64 { return br.probes.Load() }
+
+// State is the breaker state: "closed", "open" or "half-open".
+func (br *Breaker) State() string { return br.cb.State().String() }
+
+// isTimeout reports whether err is a deadline (the chain's MaxWait, or a
+// connection read or write deadline derived from it).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}

@@ -1,0 +1,216 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
+)
+
+// Chain is the limiter the gateway decides with. NewChain assembles it; a
+// request passes its layers in this order:
+//
+//	Chain.Allow         deadline (MaxWait); on failure, the rule's failure mode
+//	  → Cache.Take      empty buckets and prefetched tokens, answered locally
+//	  → Breaker.Take    circuit breaker: fails at once while Redis is down
+//	  → Batcher.Take    coalescing, pipelining, the Redis deadline
+//	  → Redis           lua/token_bucket.lua, one atomic script call
+//
+// and, when any layer below fails or the breaker is open, the rule's failure
+// mode: for LocalFallback rules, Local (buckets of 1/N, mirroring what Redis
+// last said). Without a Redis client the chain is Local alone.
+//
+// A failed call is not a license to admit on top of what Redis grants:
+//
+//   - breaker open (Redis known down), or the call could not even connect:
+//     the local bucket decides; it
+//     continues from Redis's last answer for the bucket, or starts at
+//     capacity/N for a bucket this gateway never saw from Redis;
+//   - breaker closed (this one call failed or was too late; it may still
+//     take its token in Redis): the local bucket decides only when it
+//     mirrors an answer of Redis; a bucket never seen is rejected with
+//     Retry-After: 1s rather than guessed full.
+type Chain struct {
+	opts    ChainOptions
+	local   *Local
+	cache   *Cache   // nil without Redis
+	breaker *Breaker // nil without Redis
+	batcher *Batcher // nil without Redis
+}
+
+// ChainOptions configure a Chain. Zero values take the documented defaults.
+type ChainOptions struct {
+	// Client is Redis; nil makes a local-only chain (each replica enforces
+	// 1/N of every rule on its own).
+	Client BatchClient
+	// Replicas returns the number of live gateway replicas (N) the local
+	// buckets divide the rules by. Default: 1.
+	Replicas func() int
+	// Clock is the local clock (local buckets and the cache). Default
+	// time.Now.
+	Clock func() time.Time
+
+	// Timeout is how long Redis may stay silent after a call was written
+	// before the call fails (--redis-timeout). Default 5ms.
+	Timeout time.Duration
+	// MaxWait bounds one decision's wait for Redis, queueing in the gateway
+	// included (--redis-max-wait); a late answer is waited for up to it.
+	// Default 100ms.
+	MaxWait time.Duration
+	// Coalesce lets requests for one bucket share a script call; false sends
+	// one call per request (the classic design).
+	Coalesce bool
+	// Pipelines is the number of pipelines in flight at once. Default 4; at
+	// least 64 without coalescing (one call per request).
+	Pipelines int
+	// EmptyBucketCache rejects requests against a bucket Redis reported
+	// empty without asking it again until it can refill.
+	EmptyBucketCache bool
+	// PrefetchTTL is how long prefetched tokens stay usable. Default 250ms.
+	PrefetchTTL time.Duration
+
+	// FailuresToOpen, OpenFor: see BreakerOptions.
+	FailuresToOpen uint32
+	OpenFor        time.Duration
+	// FailClosedRetryAfter is the Retry-After of fail-closed rejections.
+	// Default 1s.
+	FailClosedRetryAfter time.Duration
+	// OnStateChange and ObserveRedis: see BreakerOptions.
+	OnStateChange func(from, to string)
+	ObserveRedis  func(time.Duration, error)
+}
+
+// NewChain assembles the chain from opts. Close releases it (not the Redis
+// client, which the caller owns); Run probes Redis while the breaker is
+// open.
+func NewChain(opts ChainOptions) *Chain {
+	if opts.Replicas == nil {
+		opts.Replicas = func() int { return 1 }
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = 100 * time.Millisecond
+	}
+	if opts.FailClosedRetryAfter <= 0 {
+		opts.FailClosedRetryAfter = time.Second
+	}
+	c := &Chain{opts: opts, local: NewLocal(LocalOptions{Replicas: opts.Replicas, Clock: opts.Clock})}
+	if opts.Client == nil {
+		return c
+	}
+	workers := opts.Pipelines
+	if !opts.Coalesce {
+		workers = max(workers, 64)
+	}
+	c.batcher = NewBatcher(opts.Client, BatcherOptions{
+		Workers: workers, NoCoalesce: !opts.Coalesce, Timeout: opts.Timeout,
+		ExecTimeout: max(time.Second, 2*opts.MaxWait),
+	})
+	c.breaker = NewBreaker(c.batcher, c.batcher, BreakerOptions{
+		FailuresToOpen: opts.FailuresToOpen, MinFailingFor: max(50*time.Millisecond, 4*opts.Timeout), OpenFor: opts.OpenFor,
+		ProbeTimeout:  max(50*time.Millisecond, opts.Timeout),
+		OnStateChange: opts.OnStateChange, ObserveRedis: opts.ObserveRedis,
+	})
+	c.cache = NewCache(c.breaker, CacheOptions{TTL: opts.PrefetchTTL, NoEmptyCache: !opts.EmptyBucketCache, Clock: opts.Clock})
+	return c
+}
+
+// Allow implements Limiter; the error is always nil.
+func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Decision, error) {
+	if c.cache == nil {
+		return c.local.Decide(b, cost), nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.MaxWait)
+	r, err := c.cache.Take(ctx, b, cost, cost)
+	cancel()
+	if err != nil {
+		return c.fallback(b, cost, errors.Is(err, ErrOpen) || neverSent(err)), nil
+	}
+	if !r.Cached {
+		c.local.Observe(b, r.Remaining)
+	}
+	return r.decision(cost), nil
+}
+
+// fallback decides by the bucket's failure mode; down says the breaker is
+// open.
+func (c *Chain) fallback(b Bucket, cost int64, down bool) Decision {
+	switch b.FailureMode {
+	case snapshot.FailOpen:
+		return Decision{Allowed: true, Remaining: int64(b.Capacity), Source: SourceFailOpen}
+	case snapshot.FailClosed:
+		return Decision{RetryAfter: c.opts.FailClosedRetryAfter, Source: SourceFailClosed}
+	}
+	if down {
+		return c.local.Decide(b, cost)
+	}
+	if d, ok := c.local.DecideSeen(b, cost); ok {
+		return d
+	}
+	return Decision{RetryAfter: time.Second, Source: SourceLocal}
+}
+
+// Run probes Redis in the background while the breaker is open, until ctx
+// ends. It returns at once for a local-only chain.
+func (c *Chain) Run(ctx context.Context) {
+	if c.breaker != nil {
+		c.breaker.Run(ctx)
+	}
+}
+
+// Close stops the batcher's workers. Safe to call more than once.
+func (c *Chain) Close() error {
+	if c.batcher != nil {
+		return c.batcher.Close()
+	}
+	return nil
+}
+
+// Redis reports whether decisions go to Redis (false: local only).
+func (c *Chain) Redis() bool { return c.cache != nil }
+
+// Stats are the Redis round trips, script calls and decisions sent.
+func (c *Chain) Stats() (roundTrips, commands, decisions int64) {
+	if c.batcher == nil {
+		return 0, 0, 0
+	}
+	return c.batcher.Stats()
+}
+
+// State is the breaker's state ("" for a local-only chain).
+func (c *Chain) State() string {
+	if c.breaker == nil {
+		return ""
+	}
+	return c.breaker.State()
+}
+
+// LastError is Redis's most recent error, for logs.
+func (c *Chain) LastError() error {
+	if c.breaker == nil {
+		return nil
+	}
+	return c.breaker.LastError()
+}
+
+// Waited is the number of calls that went to Redis.
+func (c *Chain) Waited() int64 {
+	if c.breaker == nil {
+		return 0
+	}
+	return c.breaker.Waited()
+}
+
+// Local is the chain's local fallback buckets.
+func (c *Chain) Local() *Local { return c.local }
+
+// neverSent reports whether err says the call never reached Redis (the
+// connection could not be made), so it cannot take a token there.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
