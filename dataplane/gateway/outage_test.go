@@ -130,10 +130,10 @@ func waitBreakers(t *testing.T, state string, gws ...*running) time.Time {
 }
 
 // checkOutage asserts the fallback guarantees over samples taken while Redis
-// was failing, from failedAt until end. Whether a request waited for Redis is
+// was failing, from openedAt (every breaker open) until end. Whether a request waited for Redis is
 // counted by the gateways, not guessed from latencies, which a busy machine
 // would distort.
-func checkOutage(t *testing.T, samples []sample, failedAt, end time.Time, waitsAtOpen, waitsAtEnd int64) {
+func checkOutage(t *testing.T, samples []sample, openedAt, end time.Time, waitsAtOpen, waitsAtEnd int64) {
 	t.Helper()
 	if waitsAtEnd != waitsAtOpen {
 		t.Fatalf("%d requests waited for Redis after every breaker had opened, want 0", waitsAtEnd-waitsAtOpen)
@@ -143,16 +143,17 @@ func checkOutage(t *testing.T, samples []sample, failedAt, end time.Time, waitsA
 		if s.status >= 500 {
 			t.Fatalf("a request got %d during the outage: the limiter must not cause 5xx", s.status)
 		}
-		if !s.start.Before(failedAt) && s.start.Before(end) && s.status == 200 {
+		if !s.start.Before(openedAt) && s.start.Before(end) && s.status == 200 {
 			admitted++
 		}
 	}
-	window := end.Sub(failedAt).Seconds()
-	// The local buckets start full (capacity/3 each) and refill at rate/3
-	// each: together the rule's burst plus its rate over the window.
-	ideal := outageCapacity + outageRate*window
-	if ratio := float64(admitted) / ideal; ratio < 0.85 || ratio > 1.15 {
-		t.Fatalf("admitted %d over %.1fs of outage across 3 gateways; the rule allows %.0f (ratio %.2f, want within ±15%%)",
+	window := end.Sub(openedAt).Seconds()
+	// The local buckets continue from what Redis last said of the bucket
+	// (nearly empty: the load is twice the rule) and refill at rate/3 each:
+	// together the rule's rate over the window, plus at most its burst.
+	ideal := outageRate * window
+	if ratio := float64(admitted) / ideal; ratio < 0.85 || float64(admitted) > 1.15*ideal+outageCapacity {
+		t.Fatalf("admitted %d over %.1fs of outage across 3 gateways; the rule allows %.0f (ratio %.2f, want within ±15%%, plus at most the burst)",
 			admitted, window, ideal, ratio)
 	}
 	t.Logf("outage: admitted %d over %.1fs, rule allows %.0f (ratio %.3f)", admitted, window, ideal, float64(admitted)/ideal)
@@ -165,15 +166,14 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	collect := c.load(t, "steady", 2*outageRate, stop)
 	time.Sleep(time.Second)
 
-	failedAt := time.Now()
 	c.redis.Kill()
-	c.waitBreakers(t, "open")
+	openedAt := c.waitBreakers(t, "open")
 	time.Sleep(200 * time.Millisecond)
 	waitsAtOpen := c.waits()
 	time.Sleep(4 * time.Second)
 	end := time.Now()
 	close(stop)
-	checkOutage(t, collect(), failedAt, end, waitsAtOpen, c.waits())
+	checkOutage(t, collect(), openedAt, end, waitsAtOpen, c.waits())
 
 	// Redis comes back (empty: no persistence): decisions return to it.
 	c.redis.Restart(t)
@@ -201,15 +201,14 @@ func TestRedisHungUnderLoad(t *testing.T) {
 	collect := c.load(t, "steady", 2*outageRate, stop)
 	time.Sleep(time.Second)
 
-	failedAt := time.Now()
 	c.redis.Pause() // connections stay open; calls just never answer
-	c.waitBreakers(t, "open")
+	openedAt := c.waitBreakers(t, "open")
 	time.Sleep(200 * time.Millisecond)
 	waitsAtOpen := c.waits()
 	time.Sleep(4 * time.Second)
 	end := time.Now()
 	close(stop)
-	checkOutage(t, collect(), failedAt, end, waitsAtOpen, c.waits())
+	checkOutage(t, collect(), openedAt, end, waitsAtOpen, c.waits())
 
 	// Resume: the breakers close and the state kept in Redis is used again:
 	// the drained bucket is still empty (a local bucket would be full).
@@ -250,8 +249,9 @@ func TestFailureModesDuringOutage(t *testing.T) {
 	if res.Header.Get("X-RateLimit-Limit") != fmt.Sprint(outageCapacity) || res.Header.Get("X-RateLimit-Remaining") == "" {
 		t.Fatalf("fallback response headers %v", res.Header)
 	}
-	if v := metricValue(t, gw, `tollgate_gateway_breaker_state{state="open"}`); v != 1 {
-		t.Fatalf("breaker metric %v", v)
+	// Open, or half-open for the moment a background probe is out.
+	if v := metricValue(t, gw, `tollgate_gateway_breaker_state{state="closed"}`); v != 0 {
+		t.Fatalf("breaker metric closed=%v during the outage", v)
 	}
 	if v := metricValue(t, gw, `tollgate_gateway_decisions_total{result="allowed",route="create-order",source="fail-open"}`); v < 20 {
 		t.Fatalf("fail-open decisions metric %v, want >= 20", v)

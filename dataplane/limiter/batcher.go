@@ -108,6 +108,7 @@ type op struct {
 	cost, want int64
 	deadlineMs int64 // Redis time; 0: none
 	state      atomic.Int32
+	sentAt     atomic.Int64 // unix ns, set before state becomes opSent
 	// finished is set by whoever answers first: the worker (a reply), the
 	// watchdog (Redis silent) or the caller (gave up).
 	finished atomic.Bool
@@ -218,8 +219,12 @@ func (bt *Batcher) take(ctx context.Context, b Bucket, cost, want int64, late fu
 	case <-ctx.Done():
 		notSent := o.state.CompareAndSwap(opQueued, opAbandoned)
 		err := ctx.Err()
-		if notSent {
+		switch {
+		case notSent:
 			err = errors.Join(ErrNotSent, err)
+		case bt.lastHeard.Load() < o.sentAt.Load():
+			// Written, and Redis has sent nothing since.
+			err = errors.Join(ErrRedisSilent, err)
 		}
 		if o.finish(TakeResult{}, err) {
 			return TakeResult{}, err
@@ -272,7 +277,9 @@ type call struct {
 func (bt *Batcher) group(batch []*op) []*call {
 	var calls []*call
 	var byKey map[string]*call
+	now := time.Now().UnixNano()
 	for _, o := range batch {
+		o.sentAt.Store(now)
 		if !o.state.CompareAndSwap(opQueued, opSent) {
 			continue
 		}

@@ -17,9 +17,11 @@ import (
 //
 // Policy:
 //   - FailuresToOpen consecutive failed calls open it, if they span at least
-//     MinFailingFor: a dead Redis fails every call for as long as it is
-//     dead, while a busy machine fails a burst of calls at one moment (one
-//     late pipeline) and then succeeds again. A failed call is one Redis did
+//     MinFailingFor and a PING sent to Redis then fails too: a dead Redis
+//     fails every call for as long as it is dead, while a busy machine fails
+//     a burst of calls at one moment (one late pipeline) and Redis still
+//     answers a PING. With the defaults a dead Redis opens the breaker
+//     within MinFailingFor + ProbeTimeout. A failed call is one Redis did
 //     not answer: silent for the Timeout after the call was written, a
 //     connection error (refused, reset) or an error reply. A call given up
 //     while still queued in a busy gateway, one unanswered within MaxWait
@@ -42,6 +44,9 @@ type Breaker struct {
 	// streakStart is when the current run of failures began (unix ns; 0:
 	// the last call succeeded).
 	streakStart atomic.Int64
+	// confirming is set while a PING checks a run of failures; confirmed
+	// once it failed (the next failure opens the breaker).
+	confirming, confirmed atomic.Bool
 	// lastErr is Redis's most recent error (an errBox), for logs.
 	lastErr atomic.Value
 }
@@ -59,7 +64,7 @@ type BreakerOptions struct {
 	// FailuresToOpen consecutive failures open the breaker. Default 5.
 	FailuresToOpen uint32
 	// MinFailingFor is how long the failures must have gone on. Default
-	// 10ms.
+	// 25ms.
 	MinFailingFor time.Duration
 	// OpenFor is how long the breaker stays open before it probes. Default
 	// 500ms.
@@ -92,7 +97,7 @@ func NewBreaker(next Taker, pinger Pinger, opts BreakerOptions) *Breaker {
 		opts.ProbeTimeout = 50 * time.Millisecond
 	}
 	if opts.MinFailingFor <= 0 {
-		opts.MinFailingFor = 10 * time.Millisecond
+		opts.MinFailingFor = 25 * time.Millisecond
 	}
 	br := &Breaker{next: next, pinger: pinger, opts: opts}
 	br.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
@@ -110,11 +115,36 @@ func NewBreaker(next Taker, pinger Pinger, opts BreakerOptions) *Breaker {
 	return br
 }
 
-// readyToTrip: enough consecutive failures, over long enough.
+// readyToTrip: enough consecutive failures, over long enough, and Redis
+// does not answer a PING either.
 func (br *Breaker) readyToTrip(c gobreaker.Counts) bool {
 	start := br.streakStart.Load()
-	return c.ConsecutiveFailures >= br.opts.FailuresToOpen && start != 0 &&
-		time.Since(time.Unix(0, start)) >= br.opts.MinFailingFor
+	if c.ConsecutiveFailures < br.opts.FailuresToOpen || start == 0 ||
+		time.Since(time.Unix(0, start)) < br.opts.MinFailingFor {
+		return false
+	}
+	if br.confirmed.Load() {
+		return true
+	}
+	if br.confirming.CompareAndSwap(false, true) {
+		go br.confirm()
+	}
+	return false
+}
+
+// confirm PINGs Redis after a run of failures: an answer means the calls
+// were late (a busy machine), not lost, and the run starts over; no answer
+// confirms the failure.
+func (br *Breaker) confirm() {
+	defer br.confirming.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), br.opts.ProbeTimeout)
+	defer cancel()
+	if err := br.pinger.Ping(ctx); err != nil {
+		br.lastErr.Store(errBox{err})
+		br.confirmed.Store(true)
+		return
+	}
+	br.streakStart.Store(time.Now().UnixNano())
 }
 
 // Take implements Taker.
@@ -154,10 +184,13 @@ func (br *Breaker) classify(ctx context.Context, err error) error {
 	switch {
 	case err == nil:
 		br.streakStart.Store(0)
+		br.confirmed.Store(false)
 		return nil
 	case errors.Is(err, ErrNotSent), errors.Is(err, ErrClosed), errors.Is(ctx.Err(), context.Canceled):
 		// Queued in a busy gateway, shutting down, or the client went away.
 		return errNotRedis
+	case errors.Is(err, ErrRedisSilent):
+		// Counted below.
 	case isTimeout(err):
 		// Written, and not answered within MaxWait, but Redis was not
 		// silent (that is ErrRedisSilent): a busy machine or a slow Redis.
@@ -203,6 +236,7 @@ func (br *Breaker) Run(ctx context.Context) {
 			br.lastErr.Store(errBox{err})
 		} else {
 			br.streakStart.Store(0)
+			br.confirmed.Store(false)
 		}
 		done(err)
 	}

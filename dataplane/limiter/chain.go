@@ -28,10 +28,10 @@ import (
 //     the local bucket decides; it
 //     continues from Redis's last answer for the bucket, or starts at
 //     capacity/N for a bucket this gateway never saw from Redis;
-//   - breaker closed (this one call failed or was too late; it may still
-//     take its token in Redis): the local bucket decides only when it
-//     mirrors an answer of Redis; a bucket never seen is rejected with
-//     Retry-After: 1s rather than guessed full.
+//   - breaker closed (this one call failed or was too late, while Redis is
+//     not known to be down; it may still take its token there): the request
+//     is rejected with Retry-After: 1s. A stalled Redis or a starved
+//     machine costs a few rejections, never admissions beyond the limit.
 type Chain struct {
 	opts    ChainOptions
 	local   *Local
@@ -111,7 +111,7 @@ func NewChain(opts ChainOptions) *Chain {
 		ExecTimeout: max(time.Second, 2*opts.MaxWait),
 	})
 	c.breaker = NewBreaker(c.batcher, c.batcher, BreakerOptions{
-		FailuresToOpen: opts.FailuresToOpen, MinFailingFor: max(50*time.Millisecond, 4*opts.Timeout), OpenFor: opts.OpenFor,
+		FailuresToOpen: opts.FailuresToOpen, MinFailingFor: max(25*time.Millisecond, opts.Timeout), OpenFor: opts.OpenFor,
 		ProbeTimeout:  max(50*time.Millisecond, opts.Timeout),
 		OnStateChange: opts.OnStateChange, ObserveRedis: opts.ObserveRedis,
 	})
@@ -147,9 +147,6 @@ func (c *Chain) fallback(b Bucket, cost int64, down bool) Decision {
 	}
 	if down {
 		return c.local.Decide(b, cost)
-	}
-	if d, ok := c.local.DecideSeen(b, cost); ok {
-		return d
 	}
 	return Decision{RetryAfter: time.Second, Source: SourceLocal}
 }

@@ -127,27 +127,12 @@ func (l *Local) Observe(b Bucket, remaining int64) {
 
 // Decide takes cost tokens from the local bucket of b.
 func (l *Local) Decide(b Bucket, cost int64) Decision {
-	d, _ := l.decide(b, cost, false)
-	return d
-}
-
-// DecideSeen is Decide for a bucket this instance holds already (one that
-// mirrors an answer of Redis, or one it decided before); ok is false, and
-// nothing is created, for a bucket it does not hold.
-func (l *Local) DecideSeen(b Bucket, cost int64) (d Decision, ok bool) {
-	return l.decide(b, cost, true)
-}
-
-func (l *Local) decide(b Bucket, cost int64, seenOnly bool) (Decision, bool) {
 	key, capacity, perMs, _ := l.share(&b)
 	now := l.opts.Clock()
 
 	sh := &l.shards[maphash.String(l.seed, key)%localShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if seenOnly && sh.buckets[key] == nil {
-		return Decision{}, false
-	}
 	bk := l.bucket(sh, key, capacity, perMs, now)
 
 	d := Decision{Source: SourceLocal}
@@ -161,7 +146,7 @@ func (l *Local) decide(b Bucket, cost int64, seenOnly bool) (Decision, bool) {
 	}
 	d.Remaining = int64(math.Floor(bk.tokens))
 	d.ResetAfter = msDuration((capacity - bk.tokens) / perMs)
-	return d, true
+	return d
 }
 
 // msDuration rounds a number of milliseconds up to a Duration.
