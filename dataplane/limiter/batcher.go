@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,6 +50,8 @@ type Batcher struct {
 	// lastHeard is when Redis last sent anything (unix ns): a pipeline's
 	// reply, or bytes read on any connection.
 	lastHeard atomic.Int64
+	// conns are the open connections to Redis (*heardConn keys).
+	conns sync.Map
 	// closed is closed by Close; queue never is, so a Take racing with
 	// Close (a breaker probe still in flight at shutdown) gets ErrClosed
 	// instead of a send on a closed channel.
@@ -365,6 +368,12 @@ func (bt *Batcher) watch(calls []*call, due time.Time, finished *atomic.Bool) {
 		again(bt.opts.Timeout - since)
 		return
 	}
+	if bt.unreadReplies() {
+		// Redis has answered; this process has not read it yet.
+		bt.heard()
+		again(bt.opts.Timeout)
+		return
+	}
 	for _, c := range calls {
 		for _, o := range c.ops {
 			o.finish(TakeResult{}, ErrRedisSilent)
@@ -438,7 +447,10 @@ func isNetworkError(err error) bool {
 	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
-// heardHook wraps every new connection so reads count as signs of life.
+// heardHook wraps every new connection so reads count as signs of life, and
+// keeps the open connections so the watchdog can ask the kernel whether
+// Redis has sent bytes this process has not read yet (a starved process
+// reads late; that is not Redis's silence).
 type heardHook struct{ bt *Batcher }
 
 func (h heardHook) DialHook(next redis.DialHook) redis.DialHook {
@@ -447,7 +459,9 @@ func (h heardHook) DialHook(next redis.DialHook) redis.DialHook {
 		if err != nil {
 			return nil, err
 		}
-		return heardConn{Conn: c, bt: h.bt}, nil
+		hc := &heardConn{Conn: c, bt: h.bt}
+		h.bt.conns.Store(hc, struct{}{})
+		return hc, nil
 	}
 }
 
@@ -462,10 +476,46 @@ type heardConn struct {
 	bt *Batcher
 }
 
-func (c heardConn) Read(p []byte) (int, error) {
+func (c *heardConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.bt.heard()
 	}
 	return n, err
+}
+
+func (c *heardConn) Close() error {
+	c.bt.conns.Delete(c)
+	return c.Conn.Close()
+}
+
+// unread reports whether the kernel holds bytes received on c that were
+// not read yet.
+func (c *heardConn) unread() bool {
+	conn := c.Conn
+	if tc, ok := conn.(interface{ NetConn() net.Conn }); ok {
+		conn = tc.NetConn() // TLS: bytes pending below it
+	}
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	_ = raw.Control(func(fd uintptr) { n = pendingBytes(fd) })
+	return n > 0
+}
+
+// unreadReplies reports whether any connection to Redis holds bytes not
+// read yet.
+func (bt *Batcher) unreadReplies() bool {
+	found := false
+	bt.conns.Range(func(k, _ any) bool {
+		found = k.(*heardConn).unread()
+		return !found
+	})
+	return found
 }

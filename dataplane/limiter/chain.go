@@ -25,9 +25,10 @@ import (
 // A failed call is not a license to admit on top of what Redis grants:
 //
 //   - breaker open (Redis known down), or the call could not even connect:
-//     the local bucket decides; it
-//     continues from Redis's last answer for the bucket, or starts at
-//     capacity/N for a bucket this gateway never saw from Redis;
+//     the local bucket decides; it continues from Redis's last answer for
+//     the bucket, starts empty (refilling at rate/N) for a bucket whose
+//     calls went unanswered, and starts at capacity/N only for a bucket
+//     this gateway never sent to Redis;
 //   - breaker closed (this one call failed or was too late, while Redis is
 //     not known to be down; it may still take its token there): the request
 //     is rejected with Retry-After: 1s. A stalled Redis or a starved
@@ -128,7 +129,11 @@ func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Decision, erro
 	r, err := c.cache.Take(ctx, b, cost, cost)
 	cancel()
 	if err != nil {
-		return c.fallback(b, cost, errors.Is(err, ErrOpen) || neverSent(err)), nil
+		down := errors.Is(err, ErrOpen) || neverSent(err)
+		if !down && !errors.Is(err, ErrNotSent) {
+			c.local.Unsure(b)
+		}
+		return c.fallback(b, cost, down), nil
 	}
 	if !r.Cached {
 		c.local.Observe(b, r.Remaining)

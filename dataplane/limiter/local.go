@@ -17,8 +17,9 @@ import (
 // The buckets mirror Redis: every answer Redis gives for a bucket (Observe)
 // sets the local bucket to the Redis bucket's remaining tokens divided by N,
 // as of that answer, so a fallback continues from what the cluster has
-// already spent instead of adding a fresh allowance on top of it. Only a
-// bucket never seen from Redis starts full (capacity/N). A sharded rule has
+// already spent instead of adding a fresh allowance on top of it. A bucket
+// whose call went unanswered (Unsure) starts empty; only a bucket never sent
+// to Redis starts full (capacity/N). A sharded rule has
 // one local bucket for the whole rule (its floor of one token does not
 // multiply by the shards).
 //
@@ -123,6 +124,22 @@ func (l *Local) Observe(b Bucket, remaining int64) {
 	bk := l.bucket(sh, key, capacity, perMs, now)
 	bk.tokens = min(capacity, whole/n)
 	sh.mu.Unlock()
+}
+
+// Unsure records that a call for b may have taken tokens in Redis without
+// an answer (it was written, then Redis fell silent): a bucket this
+// instance holds no state for starts empty, refilling at rate/N, rather
+// than full. A bucket it mirrors is left as it is.
+func (l *Local) Unsure(b Bucket) {
+	key, capacity, perMs, _ := l.share(&b)
+	now := l.opts.Clock()
+	sh := &l.shards[maphash.String(l.seed, key)%localShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.buckets[key] == nil {
+		l.makeRoom(sh, now)
+		sh.buckets[key] = &localBucket{capacity: capacity, perMs: perMs, last: now}
+	}
 }
 
 // Decide takes cost tokens from the local bucket of b.
