@@ -10,6 +10,7 @@ import (
 //
 // +kubebuilder:validation:XValidation:rule="has(self.refillPerSecond) != has(self.refill)",message="exactly one of spec.refillPerSecond and spec.refill must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.hotKey) || !has(self.hotKey.shards) || self.capacity >= self.hotKey.shards",message="spec.capacity must be at least spec.hotKey.shards"
+// +kubebuilder:validation:XValidation:rule="!has(self.regions) || self.regions.all(r, self.capacity * r.percent >= 100 * (has(self.hotKey) && has(self.hotKey.shards) ? self.hotKey.shards : 1))",message="spec.regions: every region's share of spec.capacity (capacity x percent / 100) must hold at least one token per shard (spec.hotKey.shards)"
 type RateLimitRuleSpec struct {
 	// tenant is the client this rule limits: the tenant id the gateway derives
 	// from the X-Api-Key header. "*" matches every tenant and makes a default

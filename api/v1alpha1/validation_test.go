@@ -145,6 +145,12 @@ var _ = Describe("RateLimitRule schema", func() {
 			"spec.regions", "Duplicate value"),
 		Entry("region name with a colon", set("spec.regions", []any{map[string]any{"name": "eu:1", "percent": int64(100)}}),
 			"spec.regions[0].name", "should match"),
+		Entry("region share below one token", both(set("spec.capacity", int64(1)), set("spec.regions", []any{
+			map[string]any{"name": "eu", "percent": int64(50)}, map[string]any{"name": "us", "percent": int64(50)}})),
+			"spec", "must hold at least one token per shard"),
+		Entry("region share below one token per shard", both(both(set("spec.capacity", int64(4)), set("spec.hotKey", map[string]any{"shards": int64(4)})),
+			set("spec.regions", []any{map[string]any{"name": "eu", "percent": int64(50)}, map[string]any{"name": "us", "percent": int64(50)}})),
+			"spec", "must hold at least one token per shard"),
 		Entry("region share of zero", set("spec.regions", []any{
 			map[string]any{"name": "eu", "percent": int64(0)}, map[string]any{"name": "us", "percent": int64(100)}}),
 			"spec.regions[0].percent", "greater than or equal to 1"),

@@ -56,6 +56,7 @@ type Options struct {
 	SnapshotName      string
 
 	Replicas          int
+	ReplicasUntil     int
 	MembershipGroup   string
 	PodName           string
 	LeaseDuration     time.Duration
@@ -120,6 +121,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.SnapshotName, "snapshot-name", "tollgate-rules", "Snapshot name: the ConfigMaps labelled ratelimit.tollgate.dev/snapshot=<name> are read.")
 
 	fs.IntVar(&o.Replicas, "replicas", 1, "Standalone mode: the number of gateway replicas N sharing the limits (the fallback enforces 1/N). In Kubernetes N is counted live from Leases.")
+	fs.IntVar(&o.ReplicasUntil, "replicas-until-counted", 10,
+		"In Kubernetes: the replica count N the fallback assumes until the Leases have been counted (at start, or when Lease access is missing or the API server is unreachable from the start). "+
+			"A count too high only makes the fallback stricter; 1 would let this replica admit the whole limit on its own. The chart sets it to the Deployment's replicas (or the autoscaler's maximum). "+
+			"tollgate_gateway_replicas_counted says which applies.")
 	fs.StringVar(&o.MembershipGroup, "membership-group", "tollgate-gateway", "Name shared by the gateway replicas that count each other through Leases.")
 	fs.StringVar(&o.PodName, "pod-name", os.Getenv("POD_NAME"), "This replica's name in its Lease. Default: $POD_NAME, else the host name.")
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", 6*time.Second, "A replica whose Lease is not renewed for this long stops counting.")
@@ -146,6 +151,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--redis-timeout must be positive")
 	case o.Replicas < 1:
 		return fmt.Errorf("--replicas must be at least 1")
+	case o.ReplicasUntil < 1:
+		return fmt.Errorf("--replicas-until-counted must be at least 1")
 	case o.LeaseDuration < time.Second:
 		return fmt.Errorf("--lease-duration must be at least 1s")
 	case o.ReloadInterval <= 0 || o.ShutdownGrace < 0:

@@ -87,6 +87,7 @@ func (g *Gateway) rulesLoaded(set *snapshot.Set) {
 func (g *Gateway) connectKubernetes() error {
 	if g.opts.RulesPath != "" {
 		g.members = membership.Static(g.opts.Replicas)
+		g.metrics.ReplicasCounted.Set(1)
 		return nil
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
@@ -108,8 +109,10 @@ func (g *Gateway) connectKubernetes() error {
 		Namespace: g.opts.SnapshotNamespace, Group: g.opts.MembershipGroup, Identity: identity,
 		LeaseDuration: g.opts.LeaseDuration, RenewInterval: g.opts.LeaseDuration / 3,
 		Clock: g.opts.Clock, Logger: g.log.WithName("membership"),
+		UntilCounted: g.opts.ReplicasUntil,
 		OnChange: func(n int) {
 			g.metrics.Replicas.Set(float64(n))
+			g.metrics.ReplicasCounted.Set(1)
 			g.log.Info("gateway replica count changed", "replicas", n)
 		},
 	})

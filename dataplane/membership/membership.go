@@ -76,12 +76,19 @@ type Options struct {
 	RecountInterval time.Duration
 	// Clock gives the local time; default time.Now. Tests skew it.
 	Clock func() time.Time
-	// OnChange, if set, is called with the new count whenever it changes,
-	// from a single goroutine of Run, for example to update a gauge.
+	// OnChange, if set, is called with the new count whenever it changes
+	// (and at the first count), from a single goroutine of Run, for example
+	// to update a gauge.
 	OnChange func(n int)
 	// Logger receives infrequent messages (renewal failures, freezes); the
 	// zero value discards them.
 	Logger logr.Logger
+	// UntilCounted is the count Replicas reports until the Leases have been
+	// counted once (at start, or when Lease access is missing or the API
+	// server is unreachable from the start). A replica that assumed 1 would
+	// enforce the whole limit on its own in the fallback; a count too high
+	// only makes the fallback stricter. Default 1.
+	UntilCounted int
 	// KeepLeaseOnStop leaves the Lease in place when Run returns instead of
 	// deleting it, as a crashed pod would; for tests and crash simulation.
 	KeepLeaseOnStop bool
@@ -116,8 +123,8 @@ type observation struct {
 
 var _ Counter = (*Membership)(nil)
 
-// New checks opts, fills in defaults and returns a Membership reporting 1
-// until Run has counted.
+// New checks opts, fills in defaults and returns a Membership reporting
+// Options.UntilCounted until Run has counted.
 func New(client kubernetes.Interface, opts Options) (*Membership, error) {
 	if client == nil {
 		return nil, errors.New("membership: nil client")
@@ -153,8 +160,16 @@ func New(client kubernetes.Interface, opts Options) (*Membership, error) {
 		groupVal:  dnsLabel(opts.Group),
 		seen:      map[string]observation{},
 	}
-	m.n.Store(1)
+	m.n.Store(int64(max(1, opts.UntilCounted)))
 	return m, nil
+}
+
+// Counted reports whether the Leases have been counted at least once (until
+// then Replicas is Options.UntilCounted).
+func (m *Membership) Counted() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.counted
 }
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -291,6 +306,7 @@ func (m *Membership) recount() {
 	}
 	was := m.counting
 	resumed := m.counted && !stale && !was
+	first := !m.counted && !stale
 	m.counting = !stale
 	m.counted = m.counted || !stale
 	m.mu.Unlock()
@@ -304,7 +320,7 @@ func (m *Membership) recount() {
 	if resumed {
 		m.opts.Logger.Info("lease view is current again; counting replicas", "replicas", n)
 	}
-	if old := m.n.Swap(int64(n)); old != int64(n) && m.opts.OnChange != nil {
+	if old := m.n.Swap(int64(n)); (old != int64(n) || first) && m.opts.OnChange != nil {
 		m.opts.OnChange(n)
 	}
 }

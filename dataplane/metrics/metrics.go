@@ -35,6 +35,9 @@ type Gateway struct {
 	Breaker *prometheus.GaugeVec
 	// Replicas is the live gateway replica count N used by the fallback.
 	Replicas prometheus.Gauge
+	// ReplicasCounted is 1 once N was counted from Leases, 0 while the
+	// gateway assumes --replicas-until-counted.
+	ReplicasCounted prometheus.Gauge
 	// SnapshotVersion is the loaded rule snapshot's version.
 	SnapshotVersion prometheus.Gauge
 	// SnapshotLoaded is the Unix time the current snapshot was loaded.
@@ -77,6 +80,10 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 			Name: "tollgate_gateway_replicas",
 			Help: "Live gateway replicas observed (N); the local fallback enforces 1/N of each rule.",
 		}),
+		ReplicasCounted: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_gateway_replicas_counted",
+			Help: "1 once the replica count N was counted from Leases (or given by --replicas); 0 while the gateway assumes --replicas-until-counted.",
+		}),
 		SnapshotVersion: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_gateway_snapshot_version",
 			Help: "Version of the loaded rule snapshot.",
@@ -99,7 +106,7 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route"}),
 	}
-	reg.MustRegister(m.Decisions, m.Responses, m.RedisDuration, m.RedisErrors, m.Breaker, m.Replicas,
+	reg.MustRegister(m.Decisions, m.Responses, m.RedisDuration, m.RedisErrors, m.Breaker, m.Replicas, m.ReplicasCounted,
 		m.SnapshotVersion, m.SnapshotLoaded, m.Rules, m.ReloadErrors, m.UpstreamDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, s := range []string{"closed", "open", "half-open"} {

@@ -45,6 +45,10 @@ func TestFromSpec(t *testing.T) {
 		{"more shards than capacity", func(s *v1alpha1.RateLimitRuleSpec) {
 			s.Capacity, s.HotKey = 2, &v1alpha1.HotKey{Shards: 4}
 		}, Rule{}, "less than shards"},
+		{"region share below one token per shard", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Capacity, s.HotKey = 4, &v1alpha1.HotKey{Shards: 4}
+			s.Regions = []v1alpha1.RegionShare{{Name: "eu", Percent: 50}, {Name: "us", Percent: 50}}
+		}, Rule{}, "less than one token per shard"},
 		{"unknown failure mode", func(s *v1alpha1.RateLimitRuleSpec) { s.FailureMode = "Maybe" }, Rule{}, "failureMode"},
 	}
 	for _, c := range cases {

@@ -161,6 +161,11 @@ func (r *Rule) validateHotKey() error {
 		}
 		seen[g.Name] = true
 		sum += g.Percent
+		// A share below one token per shard could never admit a request.
+		if r.Capacity*int64(g.Percent) < 100*int64(max(1, r.Shards)) {
+			return fmt.Errorf("rule %s/%s: region %q gets %d%% of capacity %d, less than one token per shard (%d shards)",
+				r.Tenant, r.Route, clip(g.Name), g.Percent, r.Capacity, max(1, r.Shards))
+		}
 	}
 	if sum != 100 {
 		return fmt.Errorf("rule %s/%s: region percentages add up to %d, not 100", r.Tenant, r.Route, sum)
