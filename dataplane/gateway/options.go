@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tollgate-dev/tollgate/dataplane/redisconf"
+	"github.com/tollgate-dev/tollgate/internal/kubeconfig"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -51,7 +52,7 @@ type Options struct {
 	PrefetchTTL      time.Duration
 	Region           string
 
-	Kubeconfig        string
+	Kube              kubeconfig.Options
 	SnapshotNamespace string
 	SnapshotName      string
 
@@ -116,7 +117,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Region, "region", "",
 		"This gateway's region: rules with spec.regions are enforced at this region's share, with keys of their own. Default: none (whole limits).")
 
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Kubeconfig file. Default: in-cluster credentials, else $KUBECONFIG or ~/.kube/config.")
+	o.Kube.AddFlags(fs)
 	fs.StringVar(&o.SnapshotNamespace, "snapshot-namespace", podNamespace(), "Namespace of the controller's rule snapshot ConfigMaps (and of the replica Leases).")
 	fs.StringVar(&o.SnapshotName, "snapshot-name", "tollgate-rules", "Snapshot name: the ConfigMaps labelled ratelimit.tollgate.dev/snapshot=<name> are read.")
 

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tollgate-dev/tollgate/dataplane/identity"
 	"github.com/tollgate-dev/tollgate/dataplane/membership"
@@ -90,13 +89,10 @@ func (g *Gateway) connectKubernetes() error {
 		g.metrics.ReplicasCounted.Set(1)
 		return nil
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = g.opts.Kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	cfg, err := g.opts.Kube.Config("tollgate-gateway")
 	if err != nil {
 		return fmt.Errorf("no --rules given, so rules come from Kubernetes, but no cluster is reachable: %w", err)
 	}
-	cfg.UserAgent = "tollgate-gateway"
 	if g.kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}

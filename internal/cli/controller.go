@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"github.com/tollgate-dev/tollgate/internal/kubeconfig"
 	"net/http"
 	"os"
 	"strings"
@@ -25,7 +26,7 @@ import (
 // controllerOptions are the flags of "tollgate controller".
 type controllerOptions struct {
 	log  logOptions
-	kube kubeOptions
+	kube kubeconfig.Options
 	ctrl controllers.Options
 
 	metricsAddr     string
@@ -82,7 +83,7 @@ func runController(cmd *cobra.Command, o *controllerOptions) error {
 		return err
 	}
 	ctrl.SetLogger(logger)
-	cfg, err := o.kube.config()
+	cfg, err := o.kube.Config("tollgate-controller")
 	if err != nil {
 		return err
 	}
