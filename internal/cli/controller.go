@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"github.com/tollgate-dev/tollgate/internal/kubeconfig"
 	"net/http"
 	"os"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/tollgate-dev/tollgate/internal/kubeconfig"
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/controllers"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
