@@ -17,9 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/tollgate-dev/tollgate/internal/kubeconfig"
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/controllers"
+	"github.com/tollgate-dev/tollgate/internal/kubeconfig"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
