@@ -291,3 +291,114 @@ func TestBreakerWatchesRedisNotTheCache(t *testing.T) {
 	}
 	t.Logf("transitions: %v", transitions)
 }
+
+// TestClusterNodeLoss: in a Redis Cluster, one master's failure is that
+// node's problem. Two gateways, three masters; the master holding tenant
+// "lost" is killed: tenants on the surviving masters stay on Redis, exactly
+// (no local decision, not one extra admission), "lost" falls back within its
+// bound, and when the node returns it goes back to Redis.
+func TestClusterNodeLoss(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	for _, n := range cluster.Nodes() {
+		if err := n.Client(t).ConfigSet(ctx, "cluster-require-full-coverage", "no").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cc := cluster.Client(t)
+	// Find a tenant on another master than "lost".
+	master := func(tenant string) string {
+		c, err := cc.MasterForKey(ctx, "rl:{"+tenant+"}:create-order")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Options().Addr
+	}
+	lostAddr := master("lost")
+	var kept string
+	for i := range 100 {
+		if tenant := "kept-" + strconv.Itoa(i); master(tenant) != lostAddr {
+			kept = tenant
+			break
+		}
+	}
+	rules := rule("lost", "lost", "create-order", 20, slow) + rule("kept", kept, "create-order", 20, slow)
+	up := echoUpstream(t)
+	e := newEnv(t, up.URL, rules)
+	var gws []*running
+	for range 2 {
+		o := e.options(cluster.Addrs()[0])
+		o.Redis.Mode, o.Redis.Addrs = "cluster", cluster.Addrs()
+		o.Replicas = 2
+		o.RedisTimeout, o.BreakerOpenFor = 100*time.Millisecond, 200*time.Millisecond
+		gws = append(gws, start(t, o, testLogger(t)))
+	}
+	sequential := func(tenant string, n int) (admitted int) {
+		for i := range n {
+			if res, _ := send(t, "POST", gws[i%2].url+"/orders", tenant); res.StatusCode == 200 {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	localDecisions := func() float64 {
+		var n float64
+		for _, gw := range gws {
+			for _, r := range []string{"allowed", "rejected"} {
+				n += metricValue(t, gw, `tollgate_gateway_decisions_total{result="`+r+`",route="create-order",source="local"}`)
+			}
+		}
+		return n
+	}
+	if n := sequential(kept, 25); n != 20 {
+		t.Fatalf("draining %s: admitted %d, want 20", kept, n)
+	}
+	if n := sequential("lost", 6); n != 6 {
+		t.Fatalf("lost: admitted %d, want 6", n)
+	}
+
+	var lostNode *redistest.Server
+	for _, n := range cluster.Nodes() {
+		if n.Addr() == lostAddr {
+			lostNode = n
+		}
+	}
+	lostNode.Kill()
+	// "lost" falls back: 14 tokens left in Redis, so at most 7 per gateway.
+	admittedLost := 0
+	for _, gw := range gws {
+		waitFor(t, 20*time.Second, "the lost node's breaker open", func() bool {
+			res, _ := send(t, "POST", gw.url+"/orders", "lost")
+			if res.StatusCode == 200 {
+				admittedLost++
+			}
+			return gw.BreakerState() == "open"
+		})
+	}
+	admittedLost += sequential("lost", 40)
+	if admittedLost > 14 {
+		t.Errorf("lost node: admitted %d in the fallback, want at most 14 (what Redis had left)", admittedLost)
+	}
+
+	before := localDecisions()
+	if n := sequential(kept, 40); n != 0 {
+		t.Errorf("%s on a healthy master: admitted %d after another master died, want 0 (its bucket is empty in Redis)", kept, n)
+	}
+	if d := localDecisions() - before; d != 0 {
+		t.Errorf("%s on a healthy master: %v decisions made locally, want all on Redis", kept, d)
+	}
+
+	lostNode.Restart(t)
+	for _, gw := range gws {
+		waitFor(t, 30*time.Second, "breaker closed", func() bool {
+			send(t, "POST", gw.url+"/orders", "lost")
+			return gw.BreakerState() == "closed"
+		})
+	}
+	// Back on Redis: the restarted node is empty, so the bucket is new there
+	// (once the node serves its slots again).
+	waitFor(t, 30*time.Second, "decisions for the lost tenant back on Redis", func() bool {
+		res, _ := send(t, "POST", gws[0].url+"/orders", "lost")
+		return res.StatusCode == 200 && cc.Exists(ctx, "rl:{lost}:create-order").Val() == 1
+	})
+}

@@ -47,9 +47,10 @@ type Batcher struct {
 	queue  chan *op
 	opts   BatcherOptions
 	clock  redisClock
-	// lastHeard is when Redis last sent anything (unix ns): a pipeline's
-	// reply, or bytes read on any connection.
-	lastHeard atomic.Int64
+	// heardAt maps a node's address ("" for all of a single server) to
+	// when it last sent anything (*atomic.Int64, unix ns): a reply, or bytes
+	// read on any of its connections.
+	heardAt sync.Map
 	// conns are the open connections to Redis (*heardConn keys).
 	conns sync.Map
 	// closed is closed by Close; queue never is, so a Take racing with
@@ -161,16 +162,28 @@ func NewBatcher(client BatchClient, opts BatcherOptions) *Batcher {
 // not lost. Connections dialled before this (a pool's first idle ones) do
 // not report; replies to whole pipelines still do.
 func (bt *Batcher) listen(client BatchClient) {
-	hook := heardHook{bt}
 	switch c := client.(type) {
 	case *redis.Client:
-		c.AddHook(hook)
+		c.AddHook(heardHook{bt: bt})
 	case *redis.ClusterClient:
+		hook := heardHook{bt: bt, cluster: true}
 		c.OnNewNode(func(n *redis.Client) { n.AddHook(hook) })
 	}
 }
 
-func (bt *Batcher) heard() { bt.lastHeard.Store(time.Now().UnixNano()) }
+// heard records a sign of life from node.
+func (bt *Batcher) heard(node string) { bt.heardClock(node).Store(time.Now().UnixNano()) }
+
+// lastHeard is when node last sent anything (0: never).
+func (bt *Batcher) lastHeard(node string) int64 { return bt.heardClock(node).Load() }
+
+func (bt *Batcher) heardClock(node string) *atomic.Int64 {
+	if v, ok := bt.heardAt.Load(node); ok {
+		return v.(*atomic.Int64)
+	}
+	v, _ := bt.heardAt.LoadOrStore(node, new(atomic.Int64))
+	return v.(*atomic.Int64)
+}
 
 // Close stops the workers: pipelines in flight finish, Takes still queued
 // and any later Take fail with ErrClosed. Safe to call more than once and
@@ -225,7 +238,7 @@ func (bt *Batcher) take(ctx context.Context, b Bucket, cost, want int64, late fu
 		switch {
 		case notSent:
 			err = errors.Join(ErrNotSent, err)
-		case bt.lastHeard.Load() < o.sentAt.Load():
+		case bt.lastHeard(o.b.node) < o.sentAt.Load():
 			// Written, and Redis has sent nothing since.
 			err = errors.Join(ErrRedisSilent, err)
 		}
@@ -362,23 +375,34 @@ func (bt *Batcher) watch(calls []*call, due time.Time, finished *atomic.Bool) {
 		again(bt.opts.Timeout / 2)
 		return
 	}
-	heard := time.Unix(0, bt.lastHeard.Load())
-	if since := now.Sub(heard); since < bt.opts.Timeout {
-		// Redis is answering: this call is late, not lost.
-		again(bt.opts.Timeout - since)
-		return
-	}
-	if bt.unreadReplies() {
-		// Redis has answered; this process has not read it yet.
-		bt.heard()
-		again(bt.opts.Timeout)
-		return
-	}
+	// Each node is judged on its own: in a Cluster one silent node fails
+	// only its own calls.
+	silent := map[string]bool{}
+	next := bt.opts.Timeout
 	for _, c := range calls {
-		for _, o := range c.ops {
-			o.finish(TakeResult{}, ErrRedisSilent)
+		node := c.ops[0].b.node
+		is, seen := silent[node]
+		if !seen {
+			since := now.Sub(time.Unix(0, bt.lastHeard(node)))
+			switch {
+			case since < bt.opts.Timeout:
+				// Redis is answering: this call is late, not lost.
+				next = min(next, bt.opts.Timeout-since)
+			case bt.unreadReplies(node):
+				// Redis has answered; this process has not read it yet.
+				bt.heard(node)
+			default:
+				is = true
+			}
+			silent[node] = is
+		}
+		if is {
+			for _, o := range c.ops {
+				o.finish(TakeResult{}, ErrRedisSilent)
+			}
 		}
 	}
+	again(next)
 }
 
 // exec sends one pipeline of script calls, by SHA or with the script.
@@ -403,10 +427,10 @@ func (bt *Batcher) exec(ctx context.Context, calls []*call, withScript bool) {
 func (bt *Batcher) answer(c *call, now time.Time) {
 	res, redisNow, err := parseReply(c.cmd)
 	if redisNow > 0 {
-		bt.heard()
+		bt.heard(c.ops[0].b.node)
 		bt.clock.observe(redisNow, now)
 	} else if err != nil && !isNetworkError(c.cmd.Err()) {
-		bt.heard() // a Redis error reply is a sign of life too
+		bt.heard(c.ops[0].b.node) // a Redis error reply is a sign of life too
 	}
 	if errors.Is(err, errExpired) {
 		err = context.DeadlineExceeded
@@ -451,7 +475,19 @@ func isNetworkError(err error) bool {
 // keeps the open connections so the watchdog can ask the kernel whether
 // Redis has sent bytes this process has not read yet (a starved process
 // reads late; that is not Redis's silence).
-type heardHook struct{ bt *Batcher }
+type heardHook struct {
+	bt      *Batcher
+	cluster bool
+}
+
+// node is the node a connection to addr belongs to: addr in a Cluster, ""
+// (the one server) otherwise.
+func (h heardHook) node(addr string) string {
+	if h.cluster {
+		return addr
+	}
+	return ""
+}
 
 func (h heardHook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -459,7 +495,7 @@ func (h heardHook) DialHook(next redis.DialHook) redis.DialHook {
 		if err != nil {
 			return nil, err
 		}
-		hc := &heardConn{Conn: c, bt: h.bt}
+		hc := &heardConn{Conn: c, bt: h.bt, node: h.node(addr)}
 		h.bt.conns.Store(hc, struct{}{})
 		return hc, nil
 	}
@@ -473,13 +509,14 @@ func (heardHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 
 type heardConn struct {
 	net.Conn
-	bt *Batcher
+	bt   *Batcher
+	node string
 }
 
 func (c *heardConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
-		c.bt.heard()
+		c.bt.heard(c.node)
 	}
 	return n, err
 }
@@ -509,12 +546,14 @@ func (c *heardConn) unread() bool {
 	return n > 0
 }
 
-// unreadReplies reports whether any connection to Redis holds bytes not
-// read yet.
-func (bt *Batcher) unreadReplies() bool {
+// unreadReplies reports whether a connection to node holds bytes not read
+// yet.
+func (bt *Batcher) unreadReplies(node string) bool {
 	found := false
 	bt.conns.Range(func(k, _ any) bool {
-		found = k.(*heardConn).unread()
+		if c := k.(*heardConn); c.node == node {
+			found = c.unread()
+		}
 		return !found
 	})
 	return found

@@ -34,6 +34,7 @@ import (
 //     the breaker, a failed one keeps it open for another OpenFor. So while
 //     Redis stays down it stays open, without flapping.
 type Breaker struct {
+	node   string // the Redis node it guards ("" for a single server)
 	next   Taker
 	pinger Pinger
 	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
@@ -215,31 +216,36 @@ func (br *Breaker) Run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		if br.cb.State() == gobreaker.StateClosed {
-			continue
-		}
-		done, err := br.cb.Allow()
-		if err != nil {
-			continue // still open
-		}
-		br.probes.Add(1)
-		pctx, cancel := context.WithTimeout(ctx, br.opts.ProbeTimeout)
-		start := time.Now()
-		err = br.pinger.Ping(pctx)
-		cancel()
-		if br.opts.ObserveRedis != nil {
-			br.opts.ObserveRedis(time.Since(start), err)
-		}
-		if err != nil && ctx.Err() != nil {
-			err = errors.Join(errNotRedis, err) // shutting down
-		} else if err != nil {
-			br.lastErr.Store(errBox{err})
-		} else {
-			br.streakStart.Store(0)
-			br.confirmed.Store(false)
-		}
-		done(err)
+		br.probe(ctx)
 	}
+}
+
+// probe sends one PING when the breaker is due for a probe.
+func (br *Breaker) probe(ctx context.Context) {
+	if br.cb.State() == gobreaker.StateClosed {
+		return
+	}
+	done, err := br.cb.Allow()
+	if err != nil {
+		return // still open
+	}
+	br.probes.Add(1)
+	pctx, cancel := context.WithTimeout(ctx, br.opts.ProbeTimeout)
+	start := time.Now()
+	err = br.pinger.Ping(pctx)
+	cancel()
+	if br.opts.ObserveRedis != nil {
+		br.opts.ObserveRedis(time.Since(start), err)
+	}
+	if err != nil && ctx.Err() != nil {
+		err = errors.Join(errNotRedis, err) // shutting down
+	} else if err != nil {
+		br.lastErr.Store(errBox{err})
+	} else {
+		br.streakStart.Store(0)
+		br.confirmed.Store(false)
+	}
+	done(err)
 }
 
 // LastError is Redis's most recent error (nil if it never failed), for

@@ -14,7 +14,8 @@ import (
 //
 //	Chain.Allow         deadline (MaxWait); on failure, the rule's failure mode
 //	  → Cache.Take      empty buckets and prefetched tokens, answered locally
-//	  → Breaker.Take    circuit breaker: fails at once while Redis is down
+//	  → Breakers.Take   a circuit breaker per Redis node: fails at once while
+//	                    the bucket's node is down
 //	  → Batcher.Take    coalescing, pipelining, the Redis deadline
 //	  → Redis           lua/token_bucket.lua, one atomic script call
 //
@@ -37,7 +38,7 @@ type Chain struct {
 	opts    ChainOptions
 	local   *Local
 	cache   *Cache   // nil without Redis
-	breaker *Breaker // nil without Redis
+	breaker *Breakers // nil without Redis
 	batcher *Batcher // nil without Redis
 }
 
@@ -111,7 +112,7 @@ func NewChain(opts ChainOptions) *Chain {
 		Workers: workers, NoCoalesce: !opts.Coalesce, Timeout: opts.Timeout,
 		ExecTimeout: max(time.Second, 2*opts.MaxWait),
 	})
-	c.breaker = NewBreaker(c.batcher, c.batcher, BreakerOptions{
+	c.breaker = NewBreakers(c.batcher, opts.Client, c.batcher, BreakerOptions{
 		FailuresToOpen: opts.FailuresToOpen, MinFailingFor: max(25*time.Millisecond, opts.Timeout), OpenFor: opts.OpenFor,
 		ProbeTimeout:  max(50*time.Millisecond, opts.Timeout),
 		OnStateChange: opts.OnStateChange, ObserveRedis: opts.ObserveRedis,

@@ -34,6 +34,10 @@ type Bucket struct {
 	// WholeKey is the key of the unsharded bucket when Shards > 1; the
 	// local fallback uses it.
 	WholeKey string
+
+	// node is the Redis node that holds Key (its address in a Cluster, ""
+	// otherwise), set by the per-node breakers for the Batcher.
+	node string
 }
 
 // localView is the bucket the local fallback keeps for b: the whole rule

@@ -1,0 +1,168 @@
+package limiter
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Breakers keeps one Breaker per Redis node: in a Cluster, a node that
+// fails opens its own breaker, and buckets on the other nodes stay exact on
+// Redis. With a single server (or Sentinel) there is one breaker. It
+// implements Taker (and TakeLate) by routing each call to the breaker of
+// the node that holds the bucket's key.
+type Breakers struct {
+	next    Taker
+	opts    BreakerOptions
+	cluster *redis.ClusterClient // nil: one server
+	single  Pinger
+
+	mu    sync.Mutex
+	nodes map[string]*Breaker
+	// state is the aggregate state last reported to OnStateChange; reportMu
+	// serializes the reports.
+	state    string
+	reportMu sync.Mutex
+}
+
+// NewBreakers wraps next (the Batcher) with per-node breakers. pinger
+// probes a single server; in a Cluster each node's own client is pinged.
+func NewBreakers(next Taker, client BatchClient, pinger Pinger, opts BreakerOptions) *Breakers {
+	bs := &Breakers{next: next, opts: opts, single: pinger, nodes: map[string]*Breaker{}, state: "closed"}
+	if c, ok := client.(*redis.ClusterClient); ok {
+		bs.cluster = c
+	}
+	return bs
+}
+
+// forKey returns the breaker of the node that holds key, and the node.
+func (bs *Breakers) forKey(ctx context.Context, key string) (*Breaker, string) {
+	node, pinger := "", bs.single
+	if bs.cluster != nil {
+		if c, err := bs.cluster.MasterForKey(ctx, key); err == nil {
+			node, pinger = c.Options().Addr, clientPinger{c}
+		}
+	}
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	br := bs.nodes[node]
+	if br == nil {
+		opts := bs.opts
+		opts.OnStateChange = func(string, string) { bs.report() }
+		br = NewBreaker(bs.next, pinger, opts)
+		br.node = node
+		bs.nodes[node] = br
+	}
+	return br, node
+}
+
+// Take implements Taker.
+func (bs *Breakers) Take(ctx context.Context, b Bucket, cost, want int64) (TakeResult, error) {
+	br, node := bs.forKey(ctx, b.Key)
+	b.node = node
+	return br.Take(ctx, b, cost, want)
+}
+
+// TakeLate implements lateTaker.
+func (bs *Breakers) TakeLate(ctx context.Context, b Bucket, cost, want int64, late func(TakeResult)) (TakeResult, error) {
+	br, node := bs.forKey(ctx, b.Key)
+	b.node = node
+	return br.TakeLate(ctx, b, cost, want, late)
+}
+
+// each calls f for every node's breaker.
+func (bs *Breakers) each(f func(*Breaker)) {
+	bs.mu.Lock()
+	all := make([]*Breaker, 0, len(bs.nodes))
+	for _, br := range bs.nodes {
+		all = append(all, br)
+	}
+	bs.mu.Unlock()
+	for _, br := range all {
+		f(br)
+	}
+}
+
+// Run probes every open node until ctx ends.
+func (bs *Breakers) Run(ctx context.Context) {
+	tick := time.NewTicker(max(bs.opts.OpenFor/2, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		bs.each(func(br *Breaker) { br.probe(ctx) })
+	}
+}
+
+// State is the worst state among the nodes: "open" when any node's breaker
+// is open, "half-open" when any is probing, else "closed".
+func (bs *Breakers) State() string {
+	state := "closed"
+	bs.each(func(br *Breaker) {
+		switch s := br.State(); {
+		case s == "open":
+			state = s
+		case s == "half-open" && state == "closed":
+			state = s
+		}
+	})
+	return state
+}
+
+// report tells OnStateChange when the aggregate state changed.
+func (bs *Breakers) report() {
+	if bs.opts.OnStateChange == nil {
+		return
+	}
+	// A node's breaker calls this from inside its own state change; the
+	// aggregate is read once that has settled.
+	go func() {
+		bs.reportMu.Lock()
+		defer bs.reportMu.Unlock()
+		to := bs.State()
+		if from := bs.state; from != to {
+			bs.state = to
+			bs.opts.OnStateChange(from, to)
+		}
+	}()
+}
+
+// OpenNodes lists the nodes whose breaker is not closed ("" for a single
+// server).
+func (bs *Breakers) OpenNodes() []string {
+	var out []string
+	bs.each(func(br *Breaker) {
+		if br.State() != "closed" {
+			out = append(out, br.node)
+		}
+	})
+	return out
+}
+
+// Waited is the number of calls that went to Redis, all nodes together.
+func (bs *Breakers) Waited() int64 {
+	var n int64
+	bs.each(func(br *Breaker) { n += br.Waited() })
+	return n
+}
+
+// LastError is the most recent error of any node.
+func (bs *Breakers) LastError() error {
+	var err error
+	bs.each(func(br *Breaker) {
+		if e := br.LastError(); e != nil {
+			err = e
+		}
+	})
+	return err
+}
+
+// clientPinger pings one Cluster node.
+type clientPinger struct{ c *redis.Client }
+
+func (p clientPinger) Ping(ctx context.Context) error { return p.c.Ping(ctx).Err() }
