@@ -58,7 +58,7 @@ type limiterMode struct {
 }
 
 var limiterModes = []limiterMode{
-	{name: "classic", flags: []string{"--redis-batching=false"}, redis: true},
+	{name: "classic", flags: []string{"--redis-batching=false", "--empty-bucket-cache=false"}, redis: true},
 	{name: "batched", redis: true},
 	{name: "prefetch", prefetch: true, redis: true},
 	{name: "local", flags: []string{"--limiter=local"}},

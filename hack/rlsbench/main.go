@@ -220,7 +220,7 @@ func measure(c config, dir, rulesDir string, rs *redisServer, rdb *redis.Client,
 		"--rules", rulesDir,
 		"--redis-addr", rs.addr,
 		"--redis-timeout", c.redisTimeout.String(),
-		"--redis-batching="+strconv.FormatBool(batching),
+		"--redis-batching="+strconv.FormatBool(batching), "--empty-bucket-cache="+strconv.FormatBool(batching),
 		"--log-level", "warn",
 		"--pprof="+strconv.FormatBool(c.cpuProfile != "" && batching))
 	cmd.Stdout, cmd.Stderr = logf, logf
