@@ -3,6 +3,12 @@
 // publishes in a cluster, and FileSource follows RateLimitRule manifests on
 // disk for a gateway that runs without Kubernetes.
 //
+// How it differs from its neighbours: snapshot (pkg/snapshot) is the compiled
+// format both the controller and the gateway share; rules is where the
+// gateway keeps the snapshot it enforces and how it gets there; routes
+// (dataplane/routes) is the HTTP route table, which says which route id a
+// request has, not how fast it may go.
+//
 // Sources decode and validate off the request path and swap a complete,
 // immutable snapshot.Set into the Store atomically; a request only ever reads
 // one consistent snapshot. Nothing here logs: problems are reported through

@@ -1,6 +1,8 @@
 // Package snapshot owns the compiled rule snapshot: the format the controller
 // publishes into ConfigMaps and the gateway loads. Both sides import it; no
-// other package knows how a shard is laid out.
+// other package knows how a shard is laid out. (The gateway's store of the
+// loaded snapshot and its sources are dataplane/rules; the HTTP route table
+// is dataplane/routes.)
 //
 // A snapshot is split into Count shards by a hash of the tenant, so that no
 // ConfigMap nears the API server's object size limit at 100,000+ rules and a
