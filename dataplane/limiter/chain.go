@@ -37,9 +37,9 @@ import (
 type Chain struct {
 	opts    ChainOptions
 	local   *Local
-	cache   *Cache   // nil without Redis
+	cache   *Cache    // nil without Redis
 	breaker *Breakers // nil without Redis
-	batcher *Batcher // nil without Redis
+	batcher *Batcher  // nil without Redis
 }
 
 // ChainOptions configure a Chain. Zero values take the documented defaults.
