@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -122,13 +121,6 @@ func TestClusterExactUnderLoad(t *testing.T) {
 				}
 			}
 			t.Logf("admitted per run: %v", got)
-			for _, gw := range gws {
-				for _, line := range strings.Split(scrape(t, gw), "\n") {
-					if strings.HasPrefix(line, "tollgate_gateway_decisions_total") || strings.HasPrefix(line, "tollgate_gateway_breaker") || strings.Contains(line, "redis_errors") {
-						t.Log(line)
-					}
-				}
-			}
 		})
 	}
 }

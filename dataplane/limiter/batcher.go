@@ -30,10 +30,13 @@ import (
 //   - Time spent queued in the gateway is not Redis's: a request waits for a
 //     worker as long as its own context allows (the chain's MaxWait), and a
 //     request that gives up before its call was written is never sent.
-//   - Once a call is written, Timeout measures Redis: the call fails when
-//     Redis has sent nothing at all, on any connection, for Timeout since it
-//     was written. A Redis that answers other calls is late, not gone, and
-//     the call keeps waiting within its context.
+//   - Once a call is written, Timeout measures Redis: when Redis (the node
+//     that holds the key) has sent nothing at all, on any connection, for
+//     Timeout since the call was written, and the kernel holds no unread
+//     reply from it either, the Batcher PINGs it. No answer within
+//     PingTimeout fails the call (ErrRedisSilent); an answer means Redis is
+//     late, not gone, and the call keeps waiting within its context. A dead
+//     Redis thus fails calls after Timeout + PingTimeout.
 //   - Every call carries its caller's deadline in Redis time: a call that
 //     reaches Redis after its caller gave up (a frozen server resuming) takes
 //     nothing.
@@ -53,6 +56,9 @@ type Batcher struct {
 	heardAt sync.Map
 	// conns are the open connections to Redis (*heardConn keys).
 	conns sync.Map
+	// health maps a node to its *nodeHealth; nodeClients a Cluster node's
+	// address to its *redis.Client.
+	health, nodeClients sync.Map
 	// closed is closed by Close; queue never is, so a Take racing with
 	// Close (a breaker probe still in flight at shutdown) gets ErrClosed
 	// instead of a send on a closed channel.
@@ -80,8 +86,12 @@ type BatcherOptions struct {
 	// for one bucket do not share a call).
 	NoCoalesce bool
 	// Timeout is how long Redis may stay silent after a call was written
-	// before the call fails. Default 5ms.
+	// before the Batcher PINGs it. Default 5ms.
 	Timeout time.Duration
+	// PingTimeout is how long that PING may take: without an answer the
+	// calls fail with ErrRedisSilent; with one they keep waiting. Default
+	// 50ms.
+	PingTimeout time.Duration
 	// ExecTimeout bounds one pipeline. Requests give up earlier, on their
 	// own deadline. Default 1s.
 	ExecTimeout time.Duration
@@ -149,6 +159,9 @@ func NewBatcher(client BatchClient, opts BatcherOptions) *Batcher {
 	if opts.ExecTimeout <= 0 {
 		opts.ExecTimeout = time.Second
 	}
+	if opts.PingTimeout <= 0 {
+		opts.PingTimeout = 50 * time.Millisecond
+	}
 	bt := &Batcher{client: client, queue: make(chan *op, 4*opts.MaxBatch), opts: opts, closed: make(chan struct{})}
 	bt.listen(client)
 	for range opts.Workers {
@@ -167,7 +180,10 @@ func (bt *Batcher) listen(client BatchClient) {
 		c.AddHook(heardHook{bt: bt})
 	case *redis.ClusterClient:
 		hook := heardHook{bt: bt, cluster: true}
-		c.OnNewNode(func(n *redis.Client) { n.AddHook(hook) })
+		c.OnNewNode(func(n *redis.Client) {
+			n.AddHook(hook)
+			bt.nodeClients.Store(n.Options().Addr, n)
+		})
 	}
 }
 
@@ -333,7 +349,7 @@ func (bt *Batcher) send(batch []*op) {
 	defer cancel()
 	sent := time.Now()
 	var finished atomic.Bool
-	watchdog := time.AfterFunc(bt.opts.Timeout, func() { bt.watch(calls, sent.Add(bt.opts.Timeout), &finished) })
+	watchdog := time.AfterFunc(bt.opts.Timeout, func() { bt.watch(calls, sent, sent.Add(bt.opts.Timeout), &finished) })
 	defer watchdog.Stop()
 
 	bt.exec(ctx, calls, false)
@@ -363,13 +379,13 @@ func (bt *Batcher) send(batch []*op) {
 // late handlers). due is when this check was meant to run: a check that
 // runs much later than that says this process is starved of CPU, and then
 // the silence may be ours (replies unread), not Redis's: it looks again.
-func (bt *Batcher) watch(calls []*call, due time.Time, finished *atomic.Bool) {
+func (bt *Batcher) watch(calls []*call, sent time.Time, due time.Time, finished *atomic.Bool) {
 	if finished.Load() {
 		return
 	}
 	now := time.Now()
 	again := func(after time.Duration) {
-		time.AfterFunc(after, func() { bt.watch(calls, now.Add(after), finished) })
+		time.AfterFunc(after, func() { bt.watch(calls, sent, now.Add(after), finished) })
 	}
 	if lag := now.Sub(due); lag > bt.opts.Timeout/2 {
 		again(bt.opts.Timeout / 2)
@@ -391,8 +407,15 @@ func (bt *Batcher) watch(calls []*call, due time.Time, finished *atomic.Bool) {
 			case bt.unreadReplies(node):
 				// Redis has answered; this process has not read it yet.
 				bt.heard(node)
-			default:
+			case bt.node(node).downAt.Load() > sent.UnixNano():
+				// Silent, and a PING sent after this call went
+				// unanswered too: Redis is not answering.
 				is = true
+			default:
+				// Silent: ask Redis directly before giving up on it. An
+				// answer means our calls are only queued behind others.
+				bt.suspect(node)
+				next = min(next, max(bt.opts.Timeout/2, time.Millisecond))
 			}
 			silent[node] = is
 		}
@@ -403,6 +426,53 @@ func (bt *Batcher) watch(calls []*call, due time.Time, finished *atomic.Bool) {
 		}
 	}
 	again(next)
+}
+
+// nodeHealth is what the Batcher knows of one node beyond its replies.
+type nodeHealth struct {
+	pinging atomic.Bool
+	// downAt is when a PING to the node last went unanswered (unix ns); 0
+	// once one is answered.
+	downAt atomic.Int64
+}
+
+func (bt *Batcher) node(node string) *nodeHealth {
+	if v, ok := bt.health.Load(node); ok {
+		return v.(*nodeHealth)
+	}
+	v, _ := bt.health.LoadOrStore(node, new(nodeHealth))
+	return v.(*nodeHealth)
+}
+
+// suspect PINGs a node that has been silent for Timeout while calls were
+// out (one PING at a time per node): an answer within PingTimeout counts as
+// a sign of life, no answer marks the node down for the calls sent before.
+func (bt *Batcher) suspect(node string) {
+	h := bt.node(node)
+	if !h.pinging.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer h.pinging.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), bt.opts.PingTimeout)
+		defer cancel()
+		if err := bt.pingNode(ctx, node); err != nil {
+			h.downAt.Store(time.Now().UnixNano())
+			return
+		}
+		h.downAt.Store(0)
+		bt.heard(node)
+	}()
+}
+
+// pingNode PINGs one node: the server, or a Cluster master by address.
+func (bt *Batcher) pingNode(ctx context.Context, node string) error {
+	if node != "" {
+		if c, ok := bt.nodeClients.Load(node); ok {
+			return c.(*redis.Client).Ping(ctx).Err()
+		}
+	}
+	return bt.client.Ping(ctx).Err()
 }
 
 // exec sends one pipeline of script calls, by SHA or with the script.

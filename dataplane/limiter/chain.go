@@ -109,7 +109,7 @@ func NewChain(opts ChainOptions) *Chain {
 		workers = max(workers, 64)
 	}
 	c.batcher = NewBatcher(opts.Client, BatcherOptions{
-		Workers: workers, NoCoalesce: !opts.Coalesce, Timeout: opts.Timeout,
+		Workers: workers, NoCoalesce: !opts.Coalesce, Timeout: opts.Timeout, PingTimeout: max(50*time.Millisecond, opts.Timeout),
 		ExecTimeout: max(time.Second, 2*opts.MaxWait),
 	})
 	c.breaker = NewBreakers(c.batcher, opts.Client, c.batcher, BreakerOptions{
