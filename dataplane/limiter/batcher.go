@@ -247,6 +247,7 @@ func (bt *Batcher) take(ctx context.Context, b Bucket, cost, want int64, late fu
 		if o.finish(TakeResult{}, ErrClosed) {
 			return TakeResult{}, ErrClosed
 		}
+		<-o.done
 		return o.res, o.err
 	case <-ctx.Done():
 		notSent := o.state.CompareAndSwap(opQueued, opAbandoned)
@@ -261,7 +262,8 @@ func (bt *Batcher) take(ctx context.Context, b Bucket, cost, want int64, late fu
 		if o.finish(TakeResult{}, err) {
 			return TakeResult{}, err
 		}
-		return o.res, o.err // answered at the same moment
+		<-o.done // answered at the same moment
+		return o.res, o.err
 	}
 }
 
