@@ -29,4 +29,9 @@ go vet -race ./...
 step "go test -race"
 go test -race -count=1 -timeout 40m ./... "$@"
 
+step "stress tests without the race detector"
+# Exactness under a loaded machine: the race detector would slow the
+# gateways themselves 5-10x, so these run once more in a normal build.
+go test -count=1 -timeout 10m -run 'TestClusterExactUnderLoad' ./dataplane/gateway/ "$@"
+
 step "done"

@@ -131,7 +131,9 @@ func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Decision, erro
 	cancel()
 	if err != nil {
 		down := errors.Is(err, ErrOpen) || neverSent(err)
-		if !down && !errors.Is(err, ErrNotSent) {
+		if !down {
+			// The bucket is in use and its state unknown: should Redis be
+			// found down, its local bucket starts empty, not full.
 			c.local.Unsure(b)
 		}
 		return c.fallback(b, cost, down), nil
