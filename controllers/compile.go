@@ -46,7 +46,11 @@ func compile(items []v1alpha1.RateLimitRule, policy *tenantPolicy) compiled {
 	for i := range items {
 		obj := &items[i]
 		if msg := policy.check(obj.Namespace, obj.Spec.Tenant); msg != "" {
-			out.Verdicts[obj.UID] = verdict{Generation: obj.Generation, Reason: v1alpha1.ReasonTenantNotAllowed, Message: msg}
+			v := verdict{Generation: obj.Generation, Reason: v1alpha1.ReasonTenantNotAllowed, Message: msg}
+			if rule, err := snapshot.FromSpec(&obj.Spec, ""); err == nil {
+				v.Rate = v1alpha1.FormatRate(rule.RefillTokens, rule.Period())
+			}
+			out.Verdicts[obj.UID] = v
 			out.Objects[obj.UID] = obj
 			refused[i] = true
 		}
