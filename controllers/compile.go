@@ -19,8 +19,8 @@ type verdict struct {
 	Message string
 	// Rate is the refill rate in short form, for status.rate.
 	Rate string
-	// tenant places an accepted rule in its shard.
-	tenant string
+	// tenant and route place an accepted rule in its shard.
+	tenant, route string
 }
 
 // compiled is the result of compiling every rule.
@@ -33,19 +33,44 @@ type compiled struct {
 	Objects map[types.UID]*v1alpha1.RateLimitRule
 }
 
-// compile compiles items with snapshot.Compile and indexes the verdicts by UID.
-func compile(items []v1alpha1.RateLimitRule) compiled {
-	rules, verdicts := snapshot.Compile(items)
+// compile refuses the items that policy does not allow, compiles the others
+// with snapshot.Compile and indexes the verdicts by UID. A refused rule takes
+// no part in conflicts: it cannot displace an allowed one.
+func compile(items []v1alpha1.RateLimitRule, policy *tenantPolicy) compiled {
 	out := compiled{
-		Rules:    rules,
 		Verdicts: make(map[types.UID]verdict, len(items)),
 		Objects:  make(map[types.UID]*v1alpha1.RateLimitRule, len(items)),
 	}
+	allowed := items
+	refused := map[int]bool{}
 	for i := range items {
-		obj, v := &items[i], verdicts[i]
+		obj := &items[i]
+		if msg := policy.check(obj.Namespace, obj.Spec.Tenant); msg != "" {
+			v := verdict{Generation: obj.Generation, Reason: v1alpha1.ReasonTenantNotAllowed, Message: msg}
+			if rule, err := snapshot.FromSpec(&obj.Spec, ""); err == nil {
+				v.Rate = v1alpha1.FormatRate(rule.RefillTokens, rule.Period())
+			}
+			out.Verdicts[obj.UID] = v
+			out.Objects[obj.UID] = obj
+			refused[i] = true
+		}
+	}
+	if len(refused) > 0 {
+		allowed = make([]v1alpha1.RateLimitRule, 0, len(items)-len(refused))
+		for i := range items {
+			if !refused[i] {
+				// A shallow copy: the cache's objects are only read.
+				allowed = append(allowed, items[i])
+			}
+		}
+	}
+	rules, verdicts := snapshot.Compile(allowed)
+	out.Rules = rules
+	for i := range allowed {
+		obj, v := &allowed[i], verdicts[i]
 		cv := verdict{Generation: obj.Generation, Accepted: v.Accepted, Reason: v.Reason, Message: v.Message, Rate: v.Rate}
 		if v.Rule != nil {
-			cv.tenant = v.Rule.Tenant
+			cv.tenant, cv.route = v.Rule.Tenant, v.Rule.Route
 		}
 		out.Verdicts[obj.UID] = cv
 		out.Objects[obj.UID] = obj

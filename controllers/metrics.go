@@ -25,8 +25,20 @@ var (
 	})
 	configMapWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_controller_configmap_writes_total",
-		Help: "Shard ConfigMap writes, by operation (create, update, delete).",
+		Help: "Shard ConfigMap writes, by operation (create, update, adopt, delete).",
 	}, []string{"op"})
+	publishFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tollgate_controller_publish_failures_total",
+		Help: "Snapshot passes that failed to publish (the rules' status says why: reason PublishFailed).",
+	})
+	publishFailing = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tollgate_controller_publish_failing",
+		Help: "1 while the last snapshot pass failed to publish, else 0.",
+	})
+	foreignConfigMaps = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tollgate_controller_foreign_configmaps",
+		Help: "ConfigMaps carrying the snapshot label that the controller does not manage (left alone, see the ForeignConfigMap events).",
+	})
 	statusPatches = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tollgate_controller_status_patches_total",
 		Help: "RateLimitRule status patches.",
@@ -34,5 +46,6 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(publishDuration, rulesByState, snapshotShards, snapshotVersion, configMapWrites, statusPatches)
+	metrics.Registry.MustRegister(publishDuration, rulesByState, snapshotShards, snapshotVersion, configMapWrites, statusPatches,
+		publishFailures, publishFailing, foreignConfigMaps)
 }

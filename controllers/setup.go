@@ -10,11 +10,14 @@ import (
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 )
 
 // +kubebuilder:rbac:groups=ratelimit.tollgate.dev,resources=ratelimitrules,verbs=get;list;watch
 // +kubebuilder:rbac:groups=ratelimit.tollgate.dev,resources=ratelimitrules/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;delete,namespace=tollgate-system
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=tollgate-system
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=tollgate-system
@@ -32,6 +35,11 @@ type Options struct {
 	// StatusWorkers is how many rule statuses are patched concurrently.
 	// Default 4.
 	StatusWorkers int
+	// NamespacePolicy says which namespaces may declare rules for which
+	// tenants: PolicyLabelled (also the meaning of "") accepts a rule only
+	// when its namespace's annotations allow its tenant; PolicyOpen accepts
+	// every rule.
+	NamespacePolicy string
 }
 
 // DefaultSnapshotName is the default Options.SnapshotName.
@@ -44,6 +52,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet, defaultNamespace string) {
 	fs.StringVar(&o.SnapshotName, "snapshot-name", DefaultSnapshotName,
 		"Name of the rule snapshot: prefix of its shard ConfigMaps and value of their ratelimit.tollgate.dev/snapshot label.")
 	fs.IntVar(&o.StatusWorkers, "status-workers", 4, "Number of RateLimitRule statuses patched concurrently.")
+	fs.StringVar(&o.NamespacePolicy, "namespace-policy", PolicyLabelled,
+		`Which namespaces may declare rules for which tenants. "labelled": a rule is accepted only if its namespace has the annotation `+
+			v1alpha1.AnnotationTenants+` listing its tenant (comma-separated, or "*" for any tenant), and a rule for tenant "*" only if the namespace has `+
+			v1alpha1.AnnotationAllowWildcardTenant+`: "true"; other rules get Accepted=False, reason TenantNotAllowed. "open": any namespace, any tenant.`)
 }
 
 // Validate checks the options.
@@ -55,12 +67,15 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--snapshot-name must be 1 to 200 characters")
 	case o.StatusWorkers < 1:
 		return fmt.Errorf("--status-workers must be at least 1")
+	case o.NamespacePolicy != "" && o.NamespacePolicy != PolicyLabelled && o.NamespacePolicy != PolicyOpen:
+		return fmt.Errorf("--namespace-policy must be %q or %q, not %q", PolicyLabelled, PolicyOpen, o.NamespacePolicy)
 	}
 	return nil
 }
 
 // Setup adds both reconcilers to mgr. The manager's cache must include
-// RateLimitRules and the snapshot namespace's ConfigMaps.
+// RateLimitRules and the snapshot namespace's ConfigMaps, and with the
+// labelled namespace policy it watches Namespaces' metadata.
 func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := opts.Validate(); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -15,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -44,8 +46,11 @@ type SnapshotReconciler struct {
 	// process wrote or verified, so an unchanged shard is recognised without
 	// decoding it and the watch event of our own write is ignored.
 	written map[string]writtenShard
-	// maxVersion is the highest shard version seen or written.
+	// maxVersion is the highest shard version seen in a valid shard, or
+	// written.
 	maxVersion int64
+	// foreign holds the ConfigMaps already reported as foreign.
+	foreign map[types.UID]bool
 	// lastEnd and lastDuration describe the previous pass; see Reconcile.
 	lastEnd      time.Time
 	lastDuration time.Duration
@@ -75,18 +80,46 @@ func (r *SnapshotReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 	if err := r.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing RateLimitRules: %w", err)
 	}
-	return reconcile.Result{}, r.sync(ctx, list.Items)
+	policy, err := r.tenantPolicy(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, r.sync(ctx, list.Items, policy)
+}
+
+// tenantPolicy reads the namespace policy from the Namespaces' annotations.
+func (r *SnapshotReconciler) tenantPolicy(ctx context.Context) (*tenantPolicy, error) {
+	if r.opts.NamespacePolicy == PolicyOpen {
+		return &tenantPolicy{open: true}, nil
+	}
+	var nss metav1.PartialObjectMetadataList
+	nss.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
+	if err := r.client.List(ctx, &nss); err != nil {
+		return nil, fmt.Errorf("listing namespaces for the namespace policy: %w", err)
+	}
+	p := &tenantPolicy{grants: make(map[string]nsGrant, len(nss.Items))}
+	for i := range nss.Items {
+		p.grants[nss.Items[i].Name] = grantOf(nss.Items[i].Annotations)
+	}
+	return p, nil
 }
 
 // sync compiles items, publishes the snapshot and updates the rule states.
-func (r *SnapshotReconciler) sync(ctx context.Context, items []v1alpha1.RateLimitRule) error {
+// A failed publish is reported too: rules whose current spec is not in the
+// snapshot get Programmed=False with reason PublishFailed, so a wedged
+// snapshot never hides behind Ready.
+func (r *SnapshotReconciler) sync(ctx context.Context, items []v1alpha1.RateLimitRule, policy *tenantPolicy) error {
 	start := time.Now()
-	c := compile(items)
+	c := compile(items, policy)
 	pub, err := r.publish(ctx, c.Rules)
 	if err != nil {
+		publishFailures.Inc()
+		publishFailing.Set(1)
+		r.updateState(c, published{}, err)
 		return err
 	}
-	r.updateState(c, pub)
+	publishFailing.Set(0)
+	r.updateState(c, pub, nil)
 	elapsed := time.Since(start)
 	publishDuration.Observe(elapsed.Seconds())
 	log.FromContext(ctx).V(1).Info("published snapshot", "rules", len(items), "accepted", len(c.Rules),
@@ -99,6 +132,29 @@ type published struct {
 	count    int
 	writes   int
 	versions []int64 // by shard index
+}
+
+// shardInfo is what one existing shard ConfigMap holds, as far as it could be
+// verified.
+type shardInfo struct {
+	meta *metav1.PartialObjectMetadata
+	// valid: the ConfigMap decodes and agrees with its annotations (or this
+	// process wrote this very resourceVersion). Only then do its version and
+	// checksum count; any other shard is rewritten.
+	valid    bool
+	version  int64
+	count    int
+	checksum string
+}
+
+// owns reports whether obj is a shard ConfigMap of this snapshot that the
+// controller manages: named <snapshot>-<i>-of-<n> and labelled
+// app.kubernetes.io/managed-by=tollgate-controller. The controller updates
+// and deletes only those; others carrying the snapshot label are reported
+// and left alone.
+func (r *SnapshotReconciler) owns(obj client.Object) bool {
+	_, _, ok := snapshot.ParseConfigMapName(r.opts.SnapshotName, obj.GetName())
+	return ok && obj.GetLabels()[snapshot.LabelManagedBy] == snapshot.ManagedByValue
 }
 
 // publish writes the shards of rules, creating or updating only those whose
@@ -114,23 +170,30 @@ func (r *SnapshotReconciler) publish(ctx context.Context, rules []snapshot.Rule)
 		client.MatchingLabels{snapshot.LabelSnapshot: r.opts.SnapshotName}); err != nil {
 		return published{}, fmt.Errorf("listing snapshot ConfigMaps: %w", err)
 	}
-	existing := make(map[string]*metav1.PartialObjectMetadata, len(metas.Items))
+	existing := make(map[string]*shardInfo, len(metas.Items))
+	var foreign []*metav1.PartialObjectMetadata
 	current := 0
 	var currentVersion int64 = -1
 	for i := range metas.Items {
 		m := &metas.Items[i]
-		existing[m.Name] = m
-		if v, ok := annotationInt(m, snapshot.AnnotationVersion); ok {
-			r.maxVersion = max(r.maxVersion, v)
-			if n, ok := annotationInt(m, snapshot.AnnotationCount); ok && v > currentVersion {
-				current, currentVersion = int(n), v
+		if !r.owns(m) {
+			foreign = append(foreign, m)
+			continue
+		}
+		info := r.verify(ctx, m)
+		existing[m.Name] = info
+		if info.valid {
+			r.maxVersion = max(r.maxVersion, info.version)
+			if info.version > currentVersion {
+				current, currentVersion = info.count, info.version
 			}
 		}
 	}
+	r.reportForeign(ctx, foreign)
 
 	count := snapshot.ShardCount(len(rules), current)
 	for {
-		pub, writes, err := r.plan(ctx, rules, count, existing)
+		pub, writes, err := r.plan(rules, count, existing)
 		if errors.Is(err, snapshot.ErrTooLarge) {
 			if count >= snapshot.MaxShards {
 				return published{}, fmt.Errorf("%d rules do not fit in %d shards", len(rules), count)
@@ -149,8 +212,63 @@ func (r *SnapshotReconciler) publish(ctx context.Context, rules []snapshot.Rule)
 	}
 }
 
+// verify tells what the shard ConfigMap described by m holds. A shard this
+// process wrote is recognised by its resourceVersion; any other (after a
+// restart, or edited by hand) is read and decoded as a gateway would, so a
+// version annotation raised by hand, or a corrupted payload, is not believed
+// and the shard is rewritten.
+func (r *SnapshotReconciler) verify(ctx context.Context, m *metav1.PartialObjectMetadata) *shardInfo {
+	info := &shardInfo{meta: m}
+	r.writtenMu.Lock()
+	w, ok := r.written[m.Name]
+	r.writtenMu.Unlock()
+	if ok && w.resourceVersion == m.ResourceVersion {
+		v, vok := annotationInt(m, snapshot.AnnotationVersion)
+		n, nok := annotationInt(m, snapshot.AnnotationCount)
+		info.valid, info.version, info.count, info.checksum = vok && nok, v, int(n), w.checksum
+		return info
+	}
+	var cm corev1.ConfigMap
+	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(m), &cm); err != nil {
+		return info
+	}
+	m.ResourceVersion = cm.ResourceVersion // what was verified is what gets updated
+	got, err := snapshot.FromConfigMap(&cm)
+	if err != nil {
+		log.FromContext(ctx).Info("shard ConfigMap is invalid and will be rewritten", "configMap", cm.Name, "error", err.Error())
+		return info
+	}
+	if got.Format != snapshot.Format {
+		// Written by an older controller: rewritten in the current format
+		// (gateways read both).
+		return info
+	}
+	r.remember(cm.Name, cm.ResourceVersion, got.Checksum)
+	info.valid, info.version, info.count, info.checksum = true, got.Version, got.Count, got.Checksum
+	return info
+}
+
+// reportForeign reports ConfigMaps that carry the snapshot label but are not
+// the controller's: a metric, and a log line and a Warning event the first
+// time each is seen.
+func (r *SnapshotReconciler) reportForeign(ctx context.Context, foreign []*metav1.PartialObjectMetadata) {
+	foreignConfigMaps.Set(float64(len(foreign)))
+	seen := make(map[types.UID]bool, len(foreign))
+	for _, m := range foreign {
+		seen[m.UID] = true
+		if r.foreign[m.UID] {
+			continue
+		}
+		msg := fmt.Sprintf("ConfigMap carries the label %s=%s but is not a shard managed by %s (name %s-<i>-of-<n> and label %s=%s); the controller neither updates nor deletes it",
+			snapshot.LabelSnapshot, r.opts.SnapshotName, snapshot.ManagedByValue, r.opts.SnapshotName, snapshot.LabelManagedBy, snapshot.ManagedByValue)
+		log.FromContext(ctx).Info("ignoring a foreign ConfigMap", "configMap", m.Name, "reason", msg)
+		r.recorder.Eventf(&corev1.ConfigMap{ObjectMeta: m.ObjectMeta}, nil, corev1.EventTypeWarning, "ForeignConfigMap", "Publish", "%s", msg)
+	}
+	r.foreign = seen
+}
+
 // plan decides which shards to write for rules in count shards.
-func (r *SnapshotReconciler) plan(ctx context.Context, rules []snapshot.Rule, count int, existing map[string]*metav1.PartialObjectMetadata) (published, []*corev1.ConfigMap, error) {
+func (r *SnapshotReconciler) plan(rules []snapshot.Rule, count int, existing map[string]*shardInfo) (published, []*corev1.ConfigMap, error) {
 	parts := snapshot.Partition(rules, count)
 	pub := published{count: count, versions: make([]int64, count)}
 	next := r.maxVersion + 1
@@ -158,9 +276,13 @@ func (r *SnapshotReconciler) plan(ctx context.Context, rules []snapshot.Rule, co
 	for i, part := range parts {
 		sh := snapshot.NewShard(i, count, 0, part)
 		name := snapshot.ConfigMapName(r.opts.SnapshotName, i, count)
-		if m, ok := existing[name]; ok && r.unchanged(ctx, m, sh) {
-			pub.versions[i], _ = annotationInt(m, snapshot.AnnotationVersion)
+		if e, ok := existing[name]; ok && e.valid && e.checksum == sh.Checksum {
+			pub.versions[i] = e.version
 			continue
+		}
+		if r.maxVersion >= snapshot.MaxVersion {
+			return published{}, nil, fmt.Errorf("%w: the highest shard version is already %d; delete the snapshot ConfigMaps %s/%s-* (the controller rewrites them) and restart the gateways",
+				snapshot.ErrVersionExhausted, r.maxVersion, r.opts.SnapshotNamespace, r.opts.SnapshotName)
 		}
 		sh.Version = next
 		cm, err := sh.ConfigMap(r.opts.SnapshotNamespace, r.opts.SnapshotName)
@@ -173,50 +295,29 @@ func (r *SnapshotReconciler) plan(ctx context.Context, rules []snapshot.Rule, co
 	return pub, writes, nil
 }
 
-// unchanged reports whether the ConfigMap described by m already holds
-// exactly the rules of sh. A shard this process wrote is recognised by its
-// resourceVersion; any other (after a restart, or edited by hand) is read and
-// decoded, so a corrupted shard is rewritten.
-func (r *SnapshotReconciler) unchanged(ctx context.Context, m *metav1.PartialObjectMetadata, sh *snapshot.Shard) bool {
-	if m.Annotations[snapshot.AnnotationChecksum] != sh.Checksum {
-		return false
-	}
-	r.writtenMu.Lock()
-	w, ok := r.written[m.Name]
-	r.writtenMu.Unlock()
-	if ok && w.resourceVersion == m.ResourceVersion && w.checksum == sh.Checksum {
-		return true
-	}
-	var cm corev1.ConfigMap
-	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(m), &cm); err != nil {
-		return false
-	}
-	got, err := snapshot.FromConfigMap(&cm)
-	if err != nil || got.Checksum != sh.Checksum {
-		return false
-	}
-	r.remember(cm.Name, cm.ResourceVersion, sh.Checksum)
-	return true
-}
-
 func (r *SnapshotReconciler) remember(name, resourceVersion, checksum string) {
 	r.writtenMu.Lock()
 	r.written[name] = writtenShard{resourceVersion: resourceVersion, checksum: checksum}
 	r.writtenMu.Unlock()
 }
 
-// apply performs the writes, then deletes every shard not in the layout of
-// count shards.
-func (r *SnapshotReconciler) apply(ctx context.Context, writes []*corev1.ConfigMap, existing map[string]*metav1.PartialObjectMetadata, count int) error {
+// apply performs the writes, then deletes every shard of ours not in the
+// layout of count shards.
+func (r *SnapshotReconciler) apply(ctx context.Context, writes []*corev1.ConfigMap, existing map[string]*shardInfo, count int) error {
 	for _, cm := range writes {
 		op := "create"
 		if old, ok := existing[cm.Name]; ok {
 			op = "update"
-			cm.ResourceVersion = old.ResourceVersion
+			cm.ResourceVersion = old.meta.ResourceVersion
 			if err := r.client.Update(ctx, cm); err != nil {
 				return fmt.Errorf("updating ConfigMap %s: %w", cm.Name, err)
 			}
-		} else if err := r.client.Create(ctx, cm); err != nil {
+		} else if err := r.client.Create(ctx, cm); apierrors.IsAlreadyExists(err) {
+			op = "adopt"
+			if err := r.adopt(ctx, cm); err != nil {
+				return err
+			}
+		} else if err != nil {
 			return fmt.Errorf("creating ConfigMap %s: %w", cm.Name, err)
 		}
 		configMapWrites.WithLabelValues(op).Inc()
@@ -228,10 +329,11 @@ func (r *SnapshotReconciler) apply(ctx context.Context, writes []*corev1.ConfigM
 	for i := 0; i < count; i++ {
 		keep[snapshot.ConfigMapName(r.opts.SnapshotName, i, count)] = true
 	}
-	for name, m := range existing {
+	for name, e := range existing {
 		if keep[name] {
 			continue
 		}
+		m := e.meta
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.Namespace}}
 		if err := r.client.Delete(ctx, cm, client.Preconditions{UID: &m.UID}); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting stale ConfigMap %s: %w", name, err)
@@ -246,12 +348,36 @@ func (r *SnapshotReconciler) apply(ctx context.Context, writes []*corev1.ConfigM
 	return nil
 }
 
+// adopt overwrites cm's namesake, which exists but was not listed: it lost
+// the snapshot label (removed by hand). It is overwritten only if it is
+// still ours by name and managed-by label; the write puts the label back.
+// Anything else of that name is left alone and publishing fails with a
+// message that says what to remove.
+func (r *SnapshotReconciler) adopt(ctx context.Context, cm *corev1.ConfigMap) error {
+	var cur corev1.ConfigMap
+	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(cm), &cur); err != nil {
+		return fmt.Errorf("creating ConfigMap %s: it exists, but reading it failed: %w", cm.Name, err)
+	}
+	if !r.owns(&cur) {
+		return fmt.Errorf("ConfigMap %s/%s is in the way of shard %s: it exists without the label %s=%s, so the controller does not overwrite it; delete or rename it",
+			cm.Namespace, cm.Name, cm.Name, snapshot.LabelManagedBy, snapshot.ManagedByValue)
+	}
+	cm.ResourceVersion = cur.ResourceVersion
+	if err := r.client.Update(ctx, cm); err != nil {
+		return fmt.Errorf("updating ConfigMap %s (which had lost its snapshot label): %w", cm.Name, err)
+	}
+	log.FromContext(ctx).Info("rewrote a shard ConfigMap that had lost its snapshot label", "configMap", cm.Name)
+	return nil
+}
+
 // updateState records what each rule's status should say and hands the
-// rules whose state changed to the status reconciler.
-func (r *SnapshotReconciler) updateState(c compiled, pub published) {
+// rules whose state changed to the status reconciler. With a publish error,
+// accepted rules whose current generation was published before keep their
+// version (gateways still enforce it); the others are marked PublishFailed.
+func (r *SnapshotReconciler) updateState(c compiled, pub published, pubErr error) {
 	prev := r.state.snapshot()
 	next := make(map[types.UID]ruleState, len(c.Verdicts))
-	var accepted, conflicts, invalid float64
+	var accepted, conflicts, invalid, notAllowed float64
 	var changed []types.NamespacedName
 	for uid, v := range c.Verdicts {
 		st := ruleState{verdict: v}
@@ -259,15 +385,22 @@ func (r *SnapshotReconciler) updateState(c compiled, pub published) {
 		switch {
 		case v.Accepted:
 			accepted++
-			if seen && p.Accepted && p.Generation == v.Generation && p.PublishedVersion > 0 {
+			switch {
+			case seen && p.Accepted && p.Generation == v.Generation && p.PublishedVersion > 0:
 				st.PublishedVersion = p.PublishedVersion
-			} else {
-				st.PublishedVersion = pub.versions[snapshot.ShardIndex(v.tenant, pub.count)]
+			case pubErr != nil:
+				st.PublishError = pubErr.Error()
+			default:
+				st.PublishedVersion = pub.versions[snapshot.ShardIndex(v.tenant, v.route, pub.count)]
 			}
-		case v.Reason == v1alpha1.ReasonConflict:
-			conflicts++
+		case v.Reason == v1alpha1.ReasonConflict || v.Reason == v1alpha1.ReasonTenantNotAllowed:
+			if v.Reason == v1alpha1.ReasonConflict {
+				conflicts++
+			} else {
+				notAllowed++
+			}
 			if !seen || p.Reason != v.Reason || p.Message != v.Message {
-				r.recorder.Eventf(c.Objects[uid], nil, corev1.EventTypeWarning, v1alpha1.ReasonConflict, "Compile", "%s", v.Message)
+				r.recorder.Eventf(c.Objects[uid], nil, corev1.EventTypeWarning, v.Reason, "Compile", "%s", v.Message)
 			}
 		default:
 			invalid++
@@ -288,6 +421,7 @@ func (r *SnapshotReconciler) updateState(c compiled, pub published) {
 	rulesByState.WithLabelValues("accepted").Set(accepted)
 	rulesByState.WithLabelValues("conflict").Set(conflicts)
 	rulesByState.WithLabelValues("invalid").Set(invalid)
+	rulesByState.WithLabelValues("not_allowed").Set(notAllowed)
 }
 
 // isOwnWrite reports whether a ConfigMap event shows a version this process
@@ -320,16 +454,41 @@ func (r *SnapshotReconciler) setupWithManager(mgr ctrl.Manager) error {
 		q.Add(key)
 		return nil
 	})
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("ratelimitrule-snapshot").
+		// A failed pass is retried with backoff up to 30s (not the default
+		// 16 minutes): what blocked it may be fixed by hand, out of sight
+		// of the watches (a foreign ConfigMap in the way is deleted).
+		WithOptions(controller.Options{RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](100*time.Millisecond, 30*time.Second)}).
 		WatchesRawSource(initial).
 		// Status writes do not change generation; only spec changes, creates
 		// and deletes can change the snapshot.
 		Watches(&v1alpha1.RateLimitRule{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// Shards are watched by metadata only, so the cache does not hold
 		// every rule twice.
-		WatchesMetadata(&corev1.ConfigMap{}, toKey, builder.WithPredicates(shardEvents)).
-		Complete(r)
+		WatchesMetadata(&corev1.ConfigMap{}, toKey, builder.WithPredicates(shardEvents))
+	if r.opts.NamespacePolicy != PolicyOpen {
+		// The namespace policy lives in the Namespaces' annotations.
+		b = b.WatchesMetadata(&corev1.Namespace{}, toKey, builder.WithPredicates(policyEvents))
+	}
+	return b.Complete(r)
+}
+
+// policyEvents passes the Namespace events that can change the policy.
+var policyEvents = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool { return hasPolicy(e.Object) },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		a, b := e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()
+		return a[v1alpha1.AnnotationTenants] != b[v1alpha1.AnnotationTenants] ||
+			a[v1alpha1.AnnotationAllowWildcardTenant] != b[v1alpha1.AnnotationAllowWildcardTenant]
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return false }, // its rules go with it
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+func hasPolicy(obj client.Object) bool {
+	a := obj.GetAnnotations()
+	return a[v1alpha1.AnnotationTenants] != "" || a[v1alpha1.AnnotationAllowWildcardTenant] != ""
 }
 
 func (r *SnapshotReconciler) isShard(obj client.Object) bool {

@@ -13,6 +13,9 @@ type ruleState struct {
 	// PublishedVersion is the snapshot version in which this generation of the
 	// rule was first published; 0 when the rule is not published.
 	PublishedVersion int64
+	// PublishError is why the snapshot holding this generation could not be
+	// written; empty when it was.
+	PublishError string
 }
 
 // publishedState holds the ruleState of every rule seen by the last publish.

@@ -38,6 +38,13 @@ func desiredStatus(obj *v1alpha1.RateLimitRule, st ruleState, snapshotRef string
 		return out
 	}
 
+	if st.PublishError != "" {
+		set(v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted, "the rule is in force for its tenant and route")
+		msg := "the snapshot could not be published: " + st.PublishError
+		set(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonPublishFailed, msg)
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonPublishFailed, msg)
+		return out
+	}
 	out.PublishedVersion = st.PublishedVersion
 	if cur.ObservedGeneration == obj.Generation && cur.PublishedVersion > 0 && cur.PublishedVersion <= st.PublishedVersion &&
 		meta.IsStatusConditionTrue(cur.Conditions, v1alpha1.ConditionProgrammed) {

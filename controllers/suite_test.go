@@ -86,8 +86,12 @@ type fixture struct {
 func newFixture() *fixture {
 	n := specSeq.Add(1)
 	f := &fixture{ns: fmt.Sprintf("rules-%d", n), ns2: fmt.Sprintf("rules-%d-b", n), snapName: fmt.Sprintf("snap-%d", n)}
+	// Both namespaces may declare rules for any tenant, "*" included (the
+	// namespace policy's own specs use namespaces of their own).
 	for _, ns := range []string{f.ns, f.ns2} {
-		Expect(k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+		Expect(k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Annotations: map[string]string{
+			v1alpha1.AnnotationTenants: "*", v1alpha1.AnnotationAllowWildcardTenant: "true",
+		}}})).To(Succeed())
 	}
 	f.start()
 	DeferCleanup(f.stopManager)

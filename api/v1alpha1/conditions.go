@@ -25,4 +25,25 @@ const (
 	ReasonNotPublished = "NotPublished"
 	// ReasonReady: accepted and published.
 	ReasonReady = "Ready"
+	// ReasonTenantNotAllowed: the rule's namespace may not declare rules for
+	// its tenant (the controller's namespace policy; see
+	// AnnotationTenants).
+	ReasonTenantNotAllowed = "TenantNotAllowed"
+	// ReasonPublishFailed: the rule is accepted, but the controller could not
+	// write the snapshot that holds its current spec; the message says why.
+	ReasonPublishFailed = "PublishFailed"
+)
+
+// Namespace annotations of the controller's namespace policy
+// (--namespace-policy=labelled, the default). They are set on Namespace
+// objects, which namespace administrators cannot normally edit, so they are a
+// platform team's control.
+const (
+	// AnnotationTenants lists, comma-separated, the tenants that
+	// RateLimitRules in the namespace may limit; "*" allows every tenant id
+	// (but not the wildcard tenant, see AnnotationAllowWildcardTenant).
+	AnnotationTenants = "ratelimit.tollgate.dev/tenants"
+	// AnnotationAllowWildcardTenant set to "true" lets RateLimitRules in the
+	// namespace use tenant "*", which sets limits for every tenant.
+	AnnotationAllowWildcardTenant = "ratelimit.tollgate.dev/allow-wildcard-tenant"
 )

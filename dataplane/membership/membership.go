@@ -17,7 +17,12 @@
 // appear to expire.
 //
 // The gateway's service account needs get, list, watch, create, update and
-// delete on leases in Options.Namespace only.
+// delete on leases in Options.Namespace only. RBAC cannot narrow update and
+// delete to this gateway's own Lease (its name follows the pod's), so the
+// chart and config/rbac add a ValidatingAdmissionPolicy that admits the
+// gateway's writes only to Leases labelled with its group, named
+// <group>-<pod> and held by the calling pod: the controller's leader
+// election Lease in the same namespace stays out of reach.
 package membership
 
 import (

@@ -35,10 +35,11 @@ type ConfigMapOptions struct {
 	// OnReload, if set, is called after each snapshot the source swaps into
 	// the store. Callbacks are never called concurrently.
 	OnReload func(*snapshot.Set)
-	// OnError, if set, is called when a ConfigMap cannot be decoded (its last
-	// good content stays in use), when the shards do not make a complete
-	// snapshot (the current one stays in force), and when listing or watching
-	// fails (the informer retries).
+	// OnError, if set, is called when a ConfigMap cannot be decoded or its
+	// version goes backwards (its last good content stays in use), when the
+	// shards do not make a complete snapshot or make one older than the
+	// current one (the current one stays in force), and when listing or
+	// watching fails (the informer retries).
 	OnError func(error)
 }
 
@@ -51,7 +52,11 @@ type ConfigMapOptions struct {
 // newest complete snapshot (see snapshot.Select) is swapped into the store.
 // A ConfigMap that fails to decode keeps serving its last good content, and
 // one that disappears is forgotten; a change that leaves no complete
-// snapshot keeps the current one in force.
+// snapshot keeps the current one in force. Versions never go backwards: a
+// shard whose version is lower than its last good one is refused, and so is
+// a complete snapshot older than the one in force (both are reported through
+// OnError). Decoding is bounded (snapshot.MaxDecodedBytes), so a crafted
+// ConfigMap that inflates to gigabytes is refused, not loaded.
 type ConfigMapSource struct {
 	client kubernetes.Interface
 	store  *Store
@@ -174,6 +179,14 @@ func (s *ConfigMapSource) upsert(obj any) {
 		s.report(fmt.Errorf("snapshot ConfigMap %s/%s rejected, %s: %w", cm.Namespace, cm.Name, what, err))
 		return
 	}
+	if e.good != nil && sh.Version < e.good.Version {
+		// The controller only ever raises a shard's version: a lower one is
+		// an old shard put back (by hand, or replayed by someone who can
+		// write ConfigMaps), not a newer snapshot.
+		s.report(fmt.Errorf("snapshot ConfigMap %s/%s rejected, its last good content (version %d) stays in use: version %d goes backwards",
+			cm.Namespace, cm.Name, e.good.Version, sh.Version))
+		return
+	}
 	e.good = sh
 	if s.listed {
 		s.update()
@@ -219,6 +232,11 @@ func (s *ConfigMapSource) update() {
 		return
 	}
 	if sameSnapshot(set, s.applied) {
+		return
+	}
+	if s.applied != nil && set.Version() < s.applied.Version() {
+		s.report(fmt.Errorf("snapshot %s in namespace %s: version %d goes backwards; version %d stays in force (restart the gateway to accept an older snapshot)",
+			s.opts.SnapshotName, s.opts.Namespace, set.Version(), s.applied.Version()))
 		return
 	}
 	s.applied = set

@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -43,7 +45,7 @@ var _ = Describe("ConfigMapSource", func() {
 
 		changed := tenants(20)
 		changed[3].Capacity = 333
-		idx := snapshot.ShardIndex(changed[3].Tenant, 2)
+		idx := snapshot.ShardIndex(changed[3].Tenant, changed[3].Route, 2)
 		publish(ns, 2, 2, changed, idx)
 		Eventually(func() int64 { return capacityOf(r.store, "tenant-3", "x") }, timeout, poll).Should(Equal(int64(333)))
 		Expect(r.store.Version()).To(Equal(int64(2)))
@@ -71,6 +73,63 @@ var _ = Describe("ConfigMapSource", func() {
 		publish(ns, 1, 2, tenants(11))
 		Eventually(func() string { return missing(r.store, 11) }, timeout, poll).Should(BeEmpty())
 		Expect(r.store.Version()).To(Equal(int64(2)))
+	})
+
+	It("refuses a shard that inflates past the writer's bound (gzip bomb) and keeps the last good one", func() {
+		ns := newNamespace(true)
+		publish(ns, 1, 1, tenants(10))
+		r := startSource(ns)
+		Eventually(r.src.HasSynced, timeout, poll).Should(BeTrue())
+		before := r.store.Current()
+
+		// A well-formed shard of version 2 padded with 60 MiB of JSON
+		// whitespace: about 60 KiB compressed, so it fits the writer's
+		// compressed bound, but no writer produces it.
+		var raw bytes.Buffer
+		zw := gzip.NewWriter(&raw)
+		_, _ = zw.Write([]byte(`{"format":1,"index":0,"count":1,"version":2,"rules":[]}`))
+		_, _ = zw.Write(bytes.Repeat([]byte(" "), 60<<20))
+		Expect(zw.Close()).To(Succeed())
+		Expect(raw.Len()).To(BeNumerically("<", snapshot.MaxShardBytes))
+		cm, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, "snap-0-of-1", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		cm.BinaryData[snapshot.DataKey] = raw.Bytes()
+		cm.Annotations[snapshot.AnnotationVersion] = "2"
+		cm.Annotations[snapshot.AnnotationChecksum] = snapshot.NewShard(0, 1, 2, nil).Checksum
+		_, err = admin.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+
+		Eventually(r.rec.errors, timeout, poll).Should(ContainSubstring("decompresses to more than"))
+		Expect(r.store.Current()).To(BeIdenticalTo(before))
+		Expect(missing(r.store, 10)).To(BeEmpty())
+		Expect(r.store.Version()).To(Equal(int64(1)))
+	})
+
+	It("refuses a shard whose version goes backwards and keeps the last good one", func() {
+		ns := newNamespace(true)
+		publish(ns, 1, 5, tenants(10))
+		r := startSource(ns)
+		Eventually(r.src.HasSynced, timeout, poll).Should(BeTrue())
+		Expect(r.store.Version()).To(Equal(int64(5)))
+
+		// An older snapshot put back: valid, but version 4 < 5.
+		older := tenants(10)
+		older[0].Capacity = 777
+		publish(ns, 1, 4, older)
+		Eventually(r.rec.errors, timeout, poll).Should(ContainSubstring("version 4 goes backwards"))
+		Expect(r.store.Version()).To(Equal(int64(5)))
+		Expect(missing(r.store, 10)).To(BeEmpty())
+
+		By("and a whole layout older than the one in force")
+		publish(ns, 2, 3, older)
+		Expect(admin.CoreV1().ConfigMaps(ns).Delete(ctx, "snap-0-of-1", metav1.DeleteOptions{})).To(Succeed())
+		Eventually(r.rec.errors, timeout, poll).Should(ContainSubstring("version 3 goes backwards; version 5 stays in force"))
+		Consistently(r.store.Version, time.Second, poll).Should(Equal(int64(5)))
+		Expect(missing(r.store, 10)).To(BeEmpty())
+
+		By("a newer version is taken again")
+		publish(ns, 2, 6, older)
+		Eventually(func() int64 { return capacityOf(r.store, "tenant-0", "x") }, timeout, poll).Should(Equal(int64(777)))
 	})
 
 	It("switches from 1 shard to 2 with every rule visible throughout", func() {

@@ -53,7 +53,7 @@ func (h *harness) scenarioPropagation(ctx context.Context) error {
 		return fmt.Errorf("creating the RateLimitRule: %w", err)
 	}
 	ctrl, err := startProc("controller", filepath.Join(h.logDir, "controller.log"), h.bin, "controller",
-		"--kubeconfig", k.kubeconfig, "--snapshot-namespace", propNamespace, "--leader-elect=false",
+		"--kubeconfig", k.kubeconfig, "--snapshot-namespace", propNamespace, "--leader-elect=false", "--namespace-policy=open",
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-format", "json")
 	if err != nil {
 		return err

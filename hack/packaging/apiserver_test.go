@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
 )
@@ -171,6 +172,7 @@ func TestAPIServer(t *testing.T) {
 				t.Error(err)
 			}
 			checkRBAC(t, kc, v, fullname)
+			checkLeasePolicy(t, kc, v, fullname)
 			notes := out[strings.Index(out, "NOTES:"):]
 			for _, want := range []string{
 				"port-forward service/" + fullname + "-gateway 8080:",
@@ -245,6 +247,58 @@ func checkRBAC(t *testing.T, kc func(string, ...string) (string, string, error),
 		if got != c.want {
 			t.Errorf("%s can %s %s (%s) in %s: %v, want %v", c.as, c.verb, c.resource, c.sub, c.ns, got, c.want)
 		}
+	}
+}
+
+// checkLeasePolicy checks the installed ValidatingAdmissionPolicy: the
+// gateway's ServiceAccount may write a Lease of its membership group, but
+// not the controller's leader election Lease, which its Role alone would
+// allow.
+func checkLeasePolicy(t *testing.T, kc func(string, ...string) (string, string, error), v valueSet, fullname string) {
+	t.Helper()
+	ns, gw := v.namespace, fullname+"-gateway"
+	as := "--as=system:serviceaccount:" + ns + ":" + gw
+	lease := func(name, label string) string {
+		m := "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: " + name + "\n  namespace: " + ns + "\n"
+		if label != "" {
+			m += "  labels:\n    ratelimit.tollgate.dev/gateway-group: " + label + "\n"
+		}
+		return m + "spec:\n  holderIdentity: " + name + "\n  leaseDurationSeconds: 15\n"
+	}
+	// The controller's Lease, as leader election creates it.
+	if _, stderr, err := kc(lease(fullname+"-controller", ""), "create", "-f", "-"); err != nil {
+		t.Fatalf("creating the controller's Lease: %v\n%s", err, stderr)
+	}
+	// The policy takes effect shortly after its creation: wait until an
+	// unlabelled Lease of the gateway's is refused.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, stderr, err := kc(lease("probe", ""), "create", "-f", "-", as)
+		if err != nil && strings.Contains(stderr, "denied request") {
+			break
+		}
+		if err == nil {
+			_, _, _ = kc("", "delete", "lease", "probe", "-n", ns)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease policy never took effect: %v\n%s", err, stderr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// An update (PUT: the gateway's Role has update, not patch) that takes
+	// the controller's Lease over.
+	hijack := strings.Replace(lease(fullname+"-controller", ""), "holderIdentity: "+fullname+"-controller", "holderIdentity: "+gw+"-pod-1", 1)
+	if _, stderr, err := kc(hijack, "replace", "-f", "-", as); err == nil || !strings.Contains(stderr, "denied request") {
+		t.Errorf("the gateway could write the controller's Lease: %v\n%s", err, stderr)
+	}
+	if _, stderr, err := kc("", "delete", "lease", fullname+"-controller", "-n", ns, as); err == nil || !strings.Contains(stderr, "denied request") {
+		t.Errorf("the gateway could delete the controller's Lease: %v\n%s", err, stderr)
+	}
+	if _, stderr, err := kc(lease(gw+"-pod-1", gw), "create", "-f", "-", as); err != nil {
+		t.Errorf("the gateway cannot create its membership Lease: %v\n%s", err, stderr)
+	}
+	if _, stderr, err := kc("", "delete", "lease", gw+"-pod-1", "-n", ns, as); err != nil {
+		t.Errorf("the gateway cannot delete its membership Lease: %v\n%s", err, stderr)
 	}
 }
 

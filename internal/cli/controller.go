@@ -57,12 +57,16 @@ func newControllerCommand() *cobra.Command {
 		Short: "Compile RateLimitRules into the rule snapshot ConfigMaps that gateways load",
 		Long: `Run the tollgate controller (a Kubernetes manager).
 
-It watches RateLimitRules, resolves conflicts (for each tenant+route the
+It watches RateLimitRules, applies the namespace policy (--namespace-policy:
+by default a rule is accepted only if its Namespace's annotation
+ratelimit.tollgate.dev/tenants allows its tenant; others get Accepted=False
+with reason TenantNotAllowed), resolves conflicts (for each tenant+route the
 oldest rule wins; the others get Accepted=False with reason Conflict), and
 publishes every accepted rule into sharded ConfigMaps named
 <snapshot-name>-<i>-of-<n> in --snapshot-namespace, writing only shards whose
-rules changed. Each rule's status reports Accepted, Programmed (with the
-snapshot version it was published in) and Ready.
+rules changed, and never touching ConfigMaps it does not own. Each rule's
+status reports Accepted, Programmed (with the snapshot version it was
+published in, or reason PublishFailed) and Ready.
 
 Serves Prometheus metrics on --metrics-bind-address and /healthz, /readyz on
 --health-probe-bind-address. With --leader-elect (default) only one replica

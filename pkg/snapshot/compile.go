@@ -31,6 +31,8 @@ type Verdict struct {
 // Where several rules name the same tenant+route, the oldest wins (creation
 // time, then namespace/name, so the outcome is deterministic) and the others
 // lose with reason Conflict, like a UNIQUE constraint that shows its losers.
+// A loser's message names the winner only when both are in the same
+// namespace; otherwise it says "in another namespace".
 // verdicts[i] is the verdict on items[i]; rules holds the winners.
 func Compile(items []v1alpha1.RateLimitRule) (rules []Rule, verdicts []Verdict) {
 	order := make([]int, len(items))
@@ -51,7 +53,8 @@ func Compile(items []v1alpha1.RateLimitRule) (rules []Rule, verdicts []Verdict) 
 	verdicts = make([]Verdict, len(items))
 	rules = make([]Rule, 0, len(items))
 	type pair struct{ tenant, route string }
-	winners := make(map[pair]string, len(items))
+	type owner struct{ namespace, source string }
+	winners := make(map[pair]owner, len(items))
 	for _, i := range order {
 		obj := &items[i]
 		source := obj.Namespace + "/" + obj.Name
@@ -64,11 +67,17 @@ func Compile(items []v1alpha1.RateLimitRule) (rules []Rule, verdicts []Verdict) 
 		key := pair{rule.Tenant, rule.Route}
 		if winner, taken := winners[key]; taken {
 			v.Reason = v1alpha1.ReasonConflict
-			v.Message = fmt.Sprintf("tenant %q route %q is already limited by the older RateLimitRule %s", rule.Tenant, rule.Route, winner)
+			// The winner is named only within the same namespace: another
+			// namespace's object names are not this namespace's business.
+			by := "an older RateLimitRule in another namespace"
+			if winner.namespace == obj.Namespace {
+				by = "the older RateLimitRule " + winner.source
+			}
+			v.Message = fmt.Sprintf("tenant %q route %q is already limited by %s", rule.Tenant, rule.Route, by)
 			verdicts[i] = v
 			continue
 		}
-		winners[key] = source
+		winners[key] = owner{obj.Namespace, source}
 		// rules has capacity for every item, so this append never moves it
 		// and the pointer stays valid.
 		rules = append(rules, rule)

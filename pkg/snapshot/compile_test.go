@@ -90,11 +90,14 @@ func TestCompileConflicts(t *testing.T) {
 	want := []struct {
 		accepted bool
 		winner   string
-	}{{false, "a/old"}, {true, ""}, {false, "c/tie-1"}, {true, ""}, {true, ""}}
+	}{{false, "an older RateLimitRule in another namespace"}, {true, ""}, {false, "the older RateLimitRule c/tie-1"}, {true, ""}, {true, ""}}
 	for i, w := range want {
 		v := verdicts[i]
 		if v.Accepted != w.accepted || (w.winner != "" && !strings.Contains(v.Message, w.winner)) {
 			t.Errorf("%s: %+v, want accepted=%v winner %q", items[i].Name, v, w.accepted, w.winner)
+		}
+		if strings.Contains(v.Message, "a/old") {
+			t.Errorf("%s: the message names a rule of another namespace: %s", items[i].Name, v.Message)
 		}
 		if v.Accepted && v.Rule == nil {
 			t.Errorf("%s: accepted without a rule", items[i].Name)

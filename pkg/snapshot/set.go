@@ -12,14 +12,14 @@ import (
 // It is immutable and safe for concurrent readers; a new snapshot is a new
 // Set.
 type Set struct {
-	shards   []*Shard
-	wildcard *Shard // the shard of tenant "*"
-	version  int64
-	rules    int
+	shards  []*Shard
+	format  int // of every shard
+	version int64
+	rules   int
 }
 
-// NewSet assembles shards, which must all have the same count and cover
-// every index exactly once.
+// NewSet assembles shards, which must all have the same count and format and
+// cover every index exactly once.
 func NewSet(shards []*Shard) (*Set, error) {
 	if len(shards) == 0 {
 		return nil, fmt.Errorf("a snapshot needs at least one shard")
@@ -28,10 +28,13 @@ func NewSet(shards []*Shard) (*Set, error) {
 	if len(shards) != count {
 		return nil, fmt.Errorf("have %d shards of a %d-shard snapshot", len(shards), count)
 	}
-	s := &Set{shards: make([]*Shard, count)}
+	s := &Set{shards: make([]*Shard, count), format: shards[0].Format}
 	for _, sh := range shards {
 		if sh.Count != count {
 			return nil, fmt.Errorf("shard %d belongs to a %d-shard snapshot, not %d", sh.Index, sh.Count, count)
+		}
+		if sh.Format != s.format {
+			return nil, fmt.Errorf("shard %d is in format %d, shard %d in format %d", sh.Index, sh.Format, shards[0].Index, s.format)
 		}
 		if s.shards[sh.Index] != nil {
 			return nil, fmt.Errorf("shard %d given twice", sh.Index)
@@ -41,7 +44,6 @@ func NewSet(shards []*Shard) (*Set, error) {
 		s.rules += len(sh.Rules)
 		s.version = max(s.version, sh.Version)
 	}
-	s.wildcard = s.shards[ShardIndex(v1alpha1.Wildcard, count)]
 	return s, nil
 }
 
@@ -49,17 +51,22 @@ func NewSet(shards []*Shard) (*Set, error) {
 // tenant and route, then tenant and "*", then "*" and route, then "*" and "*".
 // It returns nil when no rule matches; the caller applies its built-in default.
 func (s *Set) Lookup(tenant, route string) *Rule {
-	own := s.shards[ShardIndex(tenant, len(s.shards))]
-	if r := own.byKey[ruleKey{tenant, route}]; r != nil {
+	if r := s.get(tenant, route); r != nil {
 		return r
 	}
-	if r := own.byKey[ruleKey{tenant, v1alpha1.Wildcard}]; r != nil {
+	if r := s.get(tenant, v1alpha1.Wildcard); r != nil {
 		return r
 	}
-	if r := s.wildcard.byKey[ruleKey{v1alpha1.Wildcard, route}]; r != nil {
+	if r := s.get(v1alpha1.Wildcard, route); r != nil {
 		return r
 	}
-	return s.wildcard.byKey[ruleKey{v1alpha1.Wildcard, v1alpha1.Wildcard}]
+	return s.get(v1alpha1.Wildcard, v1alpha1.Wildcard)
+}
+
+// get returns the rule for exactly tenant and route, from the shard that
+// holds it.
+func (s *Set) get(tenant, route string) *Rule {
+	return s.shards[placement(s.format, tenant, route, len(s.shards))].byKey[ruleKey{tenant, route}]
 }
 
 // Version is the highest shard version: the snapshot version a gateway reports
@@ -97,12 +104,12 @@ func ceilPow2(n int) int {
 	return 1 << bits.Len(uint(n-1))
 }
 
-// Partition splits rules into count shards by tenant. The result has count
-// slices (some may be empty).
+// Partition splits rules into count shards by tenant and route (ShardIndex).
+// The result has count slices (some may be empty).
 func Partition(rules []Rule, count int) [][]Rule {
 	out := make([][]Rule, count)
 	for _, r := range rules {
-		i := ShardIndex(r.Tenant, count)
+		i := ShardIndex(r.Tenant, r.Route, count)
 		out[i] = append(out[i], r)
 	}
 	return out

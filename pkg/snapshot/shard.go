@@ -11,6 +11,7 @@ import (
 	"io"
 	"sort"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,8 +37,19 @@ const (
 	DataKey = "rules.json.gz"
 )
 
-// Format is the version of the encoding; a reader refuses other formats.
-const Format = 1
+// Format is the version of the encoding the writer produces: format 2 places
+// each rule by its tenant and route (ShardIndex), so that one tenant with
+// very many rules (or tenant "*" with one rule per route) is spread over every
+// shard. Format 1 placed rules by tenant only, which put all of a tenant's
+// rules in one shard: past about 100,000 rules of one tenant (far fewer with
+// long names) that shard exceeded the size bound whatever the shard count,
+// and publishing stopped for every tenant. Readers accept both formats (a
+// snapshot written by an older controller during an upgrade) and refuse
+// others.
+const Format = 2
+
+// formatTenant is the older format that placed rules by tenant only.
+const formatTenant = 1
 
 // Size bounds of a shard.
 const (
@@ -47,11 +59,23 @@ const (
 	// MaxShardBytes bounds a shard's compressed payload, well under the API
 	// server's 1 MiB object limit.
 	MaxShardBytes = 512 << 10
-	// maxDecodedBytes bounds decompression of an untrusted payload.
-	maxDecodedBytes = 64 << 20
+	// MaxDecodedBytes bounds a shard's uncompressed JSON. The writer splits
+	// the rules over more shards rather than exceed it, and a reader stops
+	// decompressing past it: a small crafted ConfigMap that inflates to
+	// gigabytes (a gzip bomb) costs a gateway at most this much memory.
+	MaxDecodedBytes = 4 << 20
 	// MaxShards bounds the shard count a reader accepts.
 	MaxShards = 4096
+	// MaxVersion bounds shard versions (2^53-1, exact in every JSON reader).
+	// A reader refuses a higher version, and the writer reports an error
+	// rather than overflow: a version annotation raised near MaxInt64 by
+	// someone who can edit ConfigMaps cannot wrap the next version around.
+	MaxVersion = 1<<53 - 1
 )
+
+// ErrVersionExhausted is returned when the next shard version would exceed
+// MaxVersion.
+var ErrVersionExhausted = errors.New("snapshot version exhausted")
 
 // ErrTooLarge is returned by Shard.ConfigMap when the compressed shard exceeds
 // MaxShardBytes; the writer should use more shards.
@@ -61,6 +85,9 @@ var ErrTooLarge = errors.New("shard too large")
 type Shard struct {
 	Index int
 	Count int
+	// Format is the encoding the shard was read in (Format for new shards);
+	// it decides where each rule belongs (see Shard.placement).
+	Format int
 	// Version increases every time the controller rewrites the shard.
 	Version int64
 	// Checksum identifies the rules (not the version): equal checksums mean
@@ -83,19 +110,41 @@ type payload struct {
 	Rules   []Rule `json:"rules"`
 }
 
-// ShardIndex is the shard that holds the rules of tenant in a snapshot of
-// count shards. count is a power of two.
-func ShardIndex(tenant string, count int) int {
+// ShardIndex is the shard that holds the rule of tenant and route in a
+// snapshot of count shards. count is a power of two.
+func ShardIndex(tenant, route string, count int) int {
 	if count <= 1 {
 		return 0
 	}
-	// FNV-1a, inline so that the gateway's lookup does not allocate.
-	h := uint32(2166136261)
-	for i := 0; i < len(tenant); i++ {
-		h ^= uint32(tenant[i])
+	// FNV-1a over tenant, a separator that neither may contain, and route;
+	// inline so that the gateway's lookup does not allocate.
+	h := fnvString(fnvString(fnvString(2166136261, tenant), "\x00"), route)
+	return int(h % uint32(count))
+}
+
+// tenantShardIndex is where format 1 placed the rules of tenant.
+func tenantShardIndex(tenant string, count int) int {
+	if count <= 1 {
+		return 0
+	}
+	return int(fnvString(2166136261, tenant) % uint32(count))
+}
+
+func fnvString(h uint32, s string) uint32 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
 		h *= 16777619
 	}
-	return int(h % uint32(count))
+	return h
+}
+
+// placement is the index of the shard that holds tenant+route in a snapshot
+// of count shards written in format.
+func placement(format int, tenant, route string, count int) int {
+	if format == formatTenant {
+		return tenantShardIndex(tenant, count)
+	}
+	return ShardIndex(tenant, route, count)
 }
 
 // ConfigMapName is the name of shard index of count in snapshot prefix.
@@ -103,10 +152,32 @@ func ConfigMapName(prefix string, index, count int) string {
 	return prefix + "-" + strconv.Itoa(index) + "-of-" + strconv.Itoa(count)
 }
 
+// ParseConfigMapName returns the shard index and count that name has in
+// snapshot prefix (see ConfigMapName), and false when name is not a shard
+// name of that snapshot: decimal numbers without leading zeros, a count that
+// is a power of two up to MaxShards, and an index below it.
+func ParseConfigMapName(prefix, name string) (index, count int, ok bool) {
+	rest, found := strings.CutPrefix(name, prefix+"-")
+	if !found {
+		return 0, 0, false
+	}
+	is, ns, found := strings.Cut(rest, "-of-")
+	if !found {
+		return 0, 0, false
+	}
+	index, err1 := strconv.Atoi(is)
+	count, err2 := strconv.Atoi(ns)
+	if err1 != nil || err2 != nil || strconv.Itoa(index) != is || strconv.Itoa(count) != ns ||
+		count < 1 || count > MaxShards || count&(count-1) != 0 || index < 0 || index >= count {
+		return 0, 0, false
+	}
+	return index, count, true
+}
+
 // NewShard builds a shard from rules (which it sorts) and computes its checksum.
 func NewShard(index, count int, version int64, rules []Rule) *Shard {
 	sortRules(rules)
-	s := &Shard{Index: index, Count: count, Version: version, Rules: rules}
+	s := &Shard{Index: index, Count: count, Format: Format, Version: version, Rules: rules}
 	s.Checksum = checksum(rules)
 	return s
 }
@@ -164,6 +235,9 @@ func (s *Shard) Encode() ([]byte, error) {
 		raw = appendRule(raw, &s.Rules[i])
 	}
 	raw = append(raw, "]}\n"...)
+	if len(raw) > MaxDecodedBytes {
+		return nil, fmt.Errorf("%w: shard %d of %d is %d bytes uncompressed, over the %d byte bound", ErrTooLarge, s.Index, s.Count, len(raw), MaxDecodedBytes)
+	}
 	var buf bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
 	if _, err := zw.Write(raw); err != nil {
@@ -211,12 +285,12 @@ func Decode(data []byte) (*Shard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shard is not gzip data: %w", err)
 	}
-	raw, err := io.ReadAll(io.LimitReader(zr, maxDecodedBytes+1))
+	raw, err := io.ReadAll(io.LimitReader(zr, MaxDecodedBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("decompressing shard: %w", err)
 	}
-	if len(raw) > maxDecodedBytes {
-		return nil, fmt.Errorf("shard decompresses to more than %d bytes", maxDecodedBytes)
+	if len(raw) > MaxDecodedBytes {
+		return nil, fmt.Errorf("shard decompresses to more than %d bytes, the bound the controller writes to", MaxDecodedBytes)
 	}
 	var p payload
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -224,8 +298,8 @@ func Decode(data []byte) (*Shard, error) {
 	if err := dec.Decode(&p); err != nil {
 		return nil, fmt.Errorf("decoding shard JSON: %w", err)
 	}
-	if p.Format != Format {
-		return nil, fmt.Errorf("shard format %d, this build reads format %d", p.Format, Format)
+	if p.Format != Format && p.Format != formatTenant {
+		return nil, fmt.Errorf("shard format %d, this build reads formats %d and %d", p.Format, formatTenant, Format)
 	}
 	if p.Count < 1 || p.Count > MaxShards || p.Count&(p.Count-1) != 0 {
 		return nil, fmt.Errorf("shard count %d is not a power of two in [1, %d]", p.Count, MaxShards)
@@ -233,8 +307,8 @@ func Decode(data []byte) (*Shard, error) {
 	if p.Index < 0 || p.Index >= p.Count {
 		return nil, fmt.Errorf("shard index %d out of range for %d shards", p.Index, p.Count)
 	}
-	if p.Version < 0 {
-		return nil, fmt.Errorf("shard version %d is negative", p.Version)
+	if p.Version < 0 || p.Version > MaxVersion {
+		return nil, fmt.Errorf("shard version %d is out of range [0, %d]", p.Version, MaxVersion)
 	}
 	seen := make(map[ruleKey]struct{}, len(p.Rules))
 	for i := range p.Rules {
@@ -242,8 +316,8 @@ func Decode(data []byte) (*Shard, error) {
 		if err := r.Validate(); err != nil {
 			return nil, fmt.Errorf("rule %d: %w", i, err)
 		}
-		if got := ShardIndex(r.Tenant, p.Count); got != p.Index {
-			return nil, fmt.Errorf("rule %d (tenant %q) belongs in shard %d, found in shard %d", i, r.Tenant, got, p.Index)
+		if got := placement(p.Format, r.Tenant, r.Route, p.Count); got != p.Index {
+			return nil, fmt.Errorf("rule %d (tenant %q route %q) belongs in shard %d, found in shard %d", i, r.Tenant, r.Route, got, p.Index)
 		}
 		k := ruleKey{r.Tenant, r.Route}
 		if _, dup := seen[k]; dup {
@@ -254,7 +328,9 @@ func Decode(data []byte) (*Shard, error) {
 	if p.Rules == nil {
 		p.Rules = []Rule{}
 	}
-	return NewShard(p.Index, p.Count, p.Version, p.Rules), nil
+	sh := NewShard(p.Index, p.Count, p.Version, p.Rules)
+	sh.Format = p.Format
+	return sh, nil
 }
 
 // FromConfigMap decodes a shard ConfigMap and checks that its annotations

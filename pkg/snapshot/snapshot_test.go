@@ -161,17 +161,31 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 		{"not gzip", []byte("hello"), "not gzip"},
 		{"not json", gz("{"), "decoding shard JSON"},
 		{"unknown field", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[],"x":1}`), "unknown field"},
-		{"wrong format", gz(`{"format":2,"index":0,"count":1,"version":1,"rules":[]}`), "format 2"},
+		{"wrong format", gz(`{"format":3,"index":0,"count":1,"version":1,"rules":[]}`), "format 3"},
 		{"count not power of two", gz(`{"format":1,"index":0,"count":3,"version":1,"rules":[]}`), "power of two"},
 		{"index out of range", gz(`{"format":1,"index":4,"count":4,"version":1,"rules":[]}`), "out of range"},
-		{"negative version", gz(`{"format":1,"index":0,"count":1,"version":-1,"rules":[]}`), "negative"},
+		{"negative version", gz(`{"format":1,"index":0,"count":1,"version":-1,"rules":[]}`), "out of range"},
+		{"version over MaxVersion", gz(`{"format":1,"index":0,"count":1,"version":9223372036854775807,"rules":[]}`), "out of range"},
 		{"bad tenant", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a:b","r":"x","c":1,"n":1,"p":1000}]}`), "tenant"},
 		{"zero capacity", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":0,"n":1,"p":1000}]}`), "capacity"},
 		{"short period", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":10}]}`), "period"},
 		{"duplicate", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000},{"t":"a","r":"x","c":2,"n":1,"p":1000}]}`), "duplicate"},
-		{"wrong shard", gz(fmt.Sprintf(`{"format":1,"index":%d,"count":2,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000}]}`, 1-ShardIndex("a", 2))), "belongs in shard"},
-		{"zip bomb", gz(`{"format":1,"rules":"` + strings.Repeat("a", maxDecodedBytes) + `"}`), "more than"},
+		{"wrong shard", gz(fmt.Sprintf(`{"format":1,"index":%d,"count":2,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000}]}`, 1-tenantShardIndex("a", 2))), "belongs in shard"},
+		{"wrong shard, format 2", gz(fmt.Sprintf(`{"format":2,"index":%d,"count":2,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000}]}`, 1-ShardIndex("a", "x", 2))), "belongs in shard"},
+		{"zip bomb", gz(`{"format":1,"rules":"` + strings.Repeat("a", MaxDecodedBytes) + `"}`), "more than"},
 	}
+	// A valid shard padded with 40 MiB of JSON whitespace: about 40 KiB
+	// compressed, well under MaxShardBytes, yet 80 times what the writer
+	// ever produces uncompressed.
+	bomb := gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[]}` + strings.Repeat(" ", 40<<20))
+	if len(bomb) > MaxShardBytes {
+		t.Fatalf("the bomb is %d bytes compressed", len(bomb))
+	}
+	cases = append(cases, struct {
+		name string
+		data []byte
+		want string
+	}{"valid JSON inflating past the writer's bound", bomb, "more than"})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Decode(c.data)
@@ -291,4 +305,92 @@ func FuzzAppendRule(f *testing.F) {
 			t.Fatalf("appendRule decodes to %+v, encoding/json to %+v", back, viaStd)
 		}
 	})
+}
+
+func TestParseConfigMapName(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		index, count int
+		ok           bool
+	}{
+		{"rules-0-of-1", 0, 1, true},
+		{"rules-3-of-4", 3, 4, true},
+		{"rules-4-of-4", 0, 0, false},
+		{"rules-0-of-3", 0, 0, false},
+		{"rules-01-of-4", 0, 0, false},
+		{"rules-0-of-8192", 0, 0, false},
+		{"rules-x-0-of-1", 0, 0, false},
+		{"other-0-of-1", 0, 0, false},
+		{"rules-0-of-1-backup", 0, 0, false},
+		{"rules", 0, 0, false},
+	} {
+		i, n, ok := ParseConfigMapName("rules", c.name)
+		if i != c.index || n != c.count || ok != c.ok {
+			t.Errorf("ParseConfigMapName(rules, %q) = %d, %d, %v; want %d, %d, %v", c.name, i, n, ok, c.index, c.count, c.ok)
+		}
+		if ok && ConfigMapName("rules", i, n) != c.name {
+			t.Errorf("%q does not round-trip", c.name)
+		}
+	}
+}
+
+// A snapshot written by an older controller (format 1: rules placed by
+// tenant) is still read and looked up correctly during an upgrade.
+func TestReadsFormat1(t *testing.T) {
+	rules := []Rule{rule("a", "x", 1), rule("a", "*", 2), rule("*", "x", 3), rule("*", "*", 4), rule("b", "y", 5)}
+	const count = 4
+	parts := make([][]Rule, count)
+	for _, r := range rules {
+		i := tenantShardIndex(r.Tenant, count)
+		parts[i] = append(parts[i], r)
+	}
+	var shards []*Shard
+	for i, part := range parts {
+		raw := fmt.Sprintf(`{"format":1,"index":%d,"count":%d,"version":3,"rules":[`, i, count)
+		for j := range part {
+			if j > 0 {
+				raw += ","
+			}
+			raw += string(appendRule(nil, &part[j]))
+		}
+		sh, err := Decode(gz(raw + "]}"))
+		if err != nil {
+			t.Fatalf("shard %d: %v", i, err)
+		}
+		if sh.Format != 1 {
+			t.Fatalf("shard %d read as format %d", i, sh.Format)
+		}
+		shards = append(shards, sh)
+	}
+	set, err := Select(shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tenant, route string
+		want          int64
+	}{{"a", "x", 1}, {"a", "z", 2}, {"c", "x", 3}, {"c", "z", 4}, {"b", "y", 5}, {"b", "x", 3}} {
+		if got := set.Lookup(c.tenant, c.route); got == nil || got.Capacity != c.want {
+			t.Errorf("Lookup(%s, %s) = %+v, want capacity %d", c.tenant, c.route, got, c.want)
+		}
+	}
+	// A layout mixing formats is not a snapshot.
+	mixed := append([]*Shard(nil), shards[:count-1]...)
+	mixed = append(mixed, NewShard(count-1, count, 3, nil))
+	if _, err := NewSet(mixed); err == nil || !strings.Contains(err.Error(), "format") {
+		t.Fatalf("NewSet of mixed formats: %v", err)
+	}
+}
+
+// The rules of one tenant spread over every shard.
+func TestPartitionSpreadsOneTenant(t *testing.T) {
+	rules := make([]Rule, 10_000)
+	for i := range rules {
+		rules[i] = rule("*", fmt.Sprintf("route-%d", i), 1)
+	}
+	for i, part := range Partition(rules, 8) {
+		if len(part) < 1000 || len(part) > 1500 {
+			t.Errorf("shard %d holds %d of 10,000 rules", i, len(part))
+		}
+	}
 }

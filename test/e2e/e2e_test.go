@@ -112,6 +112,15 @@ spec:
 `), 0o644)).To(Succeed())
 		out, err := kubectl("apply", "-f", dup)
 		Expect(err).NotTo(HaveOccurred(), out)
+		// kube-public may not declare rules for tenant "*" until a cluster
+		// administrator allows it (the default namespace policy).
+		Eventually(func(g Gomega) {
+			out, err := kubectl("get", "rlr", "-A", "-o", "wide")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out).To(MatchRegexp(`kube-public\s+default-again\s+\*\s+\*\s+1\s+1/s\s+False\s+Enforce\s+TenantNotAllowed`))
+		}, 10*time.Second).Should(Succeed())
+		out, err = kubectl("annotate", "namespace", "kube-public", "ratelimit.tollgate.dev/allow-wildcard-tenant=true")
+		Expect(err).NotTo(HaveOccurred(), out)
 		Eventually(func(g Gomega) {
 			out, err := kubectl("get", "rlr", "-A", "-o", "wide")
 			g.Expect(err).NotTo(HaveOccurred())

@@ -82,6 +82,12 @@ var _ = BeforeSuite(func() {
 	kubeconfig, err = envtestutil.WriteKubeconfig(testEnv, workDir)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})).To(Succeed())
+	// The rules live in "default": as a cluster administrator would, allow
+	// it every tenant under the controller's default namespace policy.
+	var def corev1.Namespace
+	Expect(k8s.Get(context.Background(), client.ObjectKey{Name: "default"}, &def)).To(Succeed())
+	def.Annotations = map[string]string{v1alpha1.AnnotationTenants: "*", v1alpha1.AnnotationAllowWildcardTenant: "true"}
+	Expect(k8s.Update(context.Background(), &def)).To(Succeed())
 
 	By("starting redis-server and the upstream")
 	redisSrv = startRedis()
