@@ -21,7 +21,8 @@ import (
 //     fails every call for as long as it is dead, while a busy machine fails
 //     a burst of calls at one moment (one late pipeline) and Redis still
 //     answers a PING. With the defaults a dead Redis opens the breaker
-//     within MinFailingFor + ProbeTimeout. A failed call is one Redis did
+//     within MinFailingFor + ProbeTimeout; refused or closed connections
+//     (a Redis that is gone) open it after FailuresToOpen failures at once. A failed call is one Redis did
 //     not answer: silent for the Timeout after the call was written, a
 //     connection error (refused, reset) or an error reply. A call given up
 //     while still queued in a busy gateway, one unanswered within MaxWait
@@ -48,6 +49,8 @@ type Breaker struct {
 	// confirming is set while a PING checks a run of failures; confirmed
 	// once it failed (the next failure opens the breaker).
 	confirming, confirmed atomic.Bool
+	// gone: the last failure was a refused or closed connection.
+	gone atomic.Bool
 	// lastErr is Redis's most recent error (an errBox), for logs.
 	lastErr atomic.Value
 }
@@ -120,12 +123,15 @@ func NewBreaker(next Taker, pinger Pinger, opts BreakerOptions) *Breaker {
 // does not answer a PING either.
 func (br *Breaker) readyToTrip(c gobreaker.Counts) bool {
 	start := br.streakStart.Load()
-	if c.ConsecutiveFailures < br.opts.FailuresToOpen || start == 0 ||
-		time.Since(time.Unix(0, start)) < br.opts.MinFailingFor {
+	if c.ConsecutiveFailures < br.opts.FailuresToOpen || start == 0 {
 		return false
 	}
-	if br.confirmed.Load() {
+	if br.gone.Load() || br.confirmed.Load() {
+		// Refused or closed connections need no further proof.
 		return true
+	}
+	if time.Since(time.Unix(0, start)) < br.opts.MinFailingFor {
+		return false
 	}
 	if br.confirming.CompareAndSwap(false, true) {
 		go br.confirm()
@@ -200,6 +206,7 @@ func (br *Breaker) classify(ctx context.Context, err error) error {
 		return errNotRedis
 	}
 	br.streakStart.CompareAndSwap(0, time.Now().UnixNano())
+	br.gone.Store(redisGone(err))
 	br.lastErr.Store(errBox{err})
 	return err
 }

@@ -3,7 +3,9 @@ package limiter
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
@@ -25,7 +27,8 @@ import (
 //
 // A failed call is not a license to admit on top of what Redis grants:
 //
-//   - breaker open (Redis known down), or the call could not even connect:
+//   - breaker open (Redis known down), or Redis is gone (the connection was
+//     refused or closed by the server):
 //     the local bucket decides; it continues from Redis's last answer for
 //     the bucket, starts empty (refilling at rate/N) for a bucket whose
 //     calls went unanswered, and starts at capacity/N only for a bucket
@@ -130,7 +133,7 @@ func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Decision, erro
 	r, err := c.cache.Take(ctx, b, cost, cost)
 	cancel()
 	if err != nil {
-		down := errors.Is(err, ErrOpen) || neverSent(err)
+		down := errors.Is(err, ErrOpen) || redisGone(err)
 		if !down {
 			// The bucket is in use and its state unknown: should Redis be
 			// found down, its local bucket starts empty, not full.
@@ -213,9 +216,12 @@ func (c *Chain) Waited() int64 {
 // Local is the chain's local fallback buckets.
 func (c *Chain) Local() *Local { return c.local }
 
-// neverSent reports whether err says the call never reached Redis (the
-// connection could not be made), so it cannot take a token there.
-func neverSent(err error) bool {
+// redisGone reports whether err says Redis is not there: the connection
+// could not be made, or Redis closed it (the process died or restarted).
+// Such a call took no token (barring a crash in the instant between running
+// it and answering), so the local bucket decides at once.
+func redisGone(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	return (errors.As(err, &op) && op.Op == "dial") || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
 }
