@@ -10,8 +10,8 @@ import (
 	"strings"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
-	"github.com/tollgate-dev/tollgate/internal/filewatch"
-	"github.com/tollgate-dev/tollgate/internal/strictdecode"
+	"github.com/tollgate-dev/tollgate/internal/lib/filewatch"
+	"github.com/tollgate-dev/tollgate/internal/lib/strictdecode"
 )
 
 // maxFileSize bounds what LoadMapped and the MappedWatcher read. Secrets are

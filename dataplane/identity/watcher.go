@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/internal/filewatch"
+	"github.com/tollgate-dev/tollgate/internal/lib/filewatch"
 )
 
 // WatcherOptions configures a MappedWatcher. The zero value is usable.

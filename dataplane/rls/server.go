@@ -31,7 +31,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/limitheaders"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
-	"github.com/tollgate-dev/tollgate/internal/ratelog"
+	"github.com/tollgate-dev/tollgate/internal/lib/ratelog"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 

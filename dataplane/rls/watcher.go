@@ -1,6 +1,6 @@
 package rls
 
-import "github.com/tollgate-dev/tollgate/internal/filewatch"
+import "github.com/tollgate-dev/tollgate/internal/lib/filewatch"
 
 // WatcherOptions configure a DomainsWatcher. The zero value is usable.
 type WatcherOptions = filewatch.Options[Domains]

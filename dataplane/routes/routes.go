@@ -31,8 +31,8 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
-	"github.com/tollgate-dev/tollgate/internal/filewatch"
-	"github.com/tollgate-dev/tollgate/internal/strictdecode"
+	"github.com/tollgate-dev/tollgate/internal/lib/filewatch"
+	"github.com/tollgate-dev/tollgate/internal/lib/strictdecode"
 )
 
 // maxTimeout is the longest accepted route timeout.

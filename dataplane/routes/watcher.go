@@ -1,6 +1,6 @@
 package routes
 
-import "github.com/tollgate-dev/tollgate/internal/filewatch"
+import "github.com/tollgate-dev/tollgate/internal/lib/filewatch"
 
 // WatcherOptions configures a Watcher. The zero value is usable: the file
 // is read every second.

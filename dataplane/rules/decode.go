@@ -12,8 +12,8 @@ import (
 	sjson "sigs.k8s.io/json"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
-	"github.com/tollgate-dev/tollgate/internal/clip"
-	"github.com/tollgate-dev/tollgate/internal/strictdecode"
+	"github.com/tollgate-dev/tollgate/internal/lib/clip"
+	"github.com/tollgate-dev/tollgate/internal/lib/strictdecode"
 )
 
 // Kinds accepted in rule files.

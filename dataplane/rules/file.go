@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/internal/filewatch"
+	"github.com/tollgate-dev/tollgate/internal/lib/filewatch"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 

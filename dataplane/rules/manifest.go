@@ -9,7 +9,7 @@ import (
 	yamlv2 "go.yaml.in/yaml/v2"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
-	"github.com/tollgate-dev/tollgate/internal/strictdecode"
+	"github.com/tollgate-dev/tollgate/internal/lib/strictdecode"
 )
 
 // maxErrorsPerFile bounds the documents reported as bad in one file, and the

@@ -44,7 +44,7 @@ func (h *harness) redisCost(ctx context.Context, m limiterMode, mix tenantMix) (
 	}
 	rc := rs.client()
 	defer rc.Close()
-	redisPid := rs.proc.Pid()
+	redisPid := rs.Pid()
 	measure := func(mx tenantMix, rate int) (*RedisCostRun, error) {
 		if err := sleep(ctx, 300*time.Millisecond); err != nil { // let prefetched tokens expire
 			return nil, err
