@@ -25,7 +25,7 @@ import (
 )
 
 // scenarioNames in the order they run.
-var scenarioNames = []string{"latency", "throughput", "redis-cost", "accuracy", "outage", "propagation", "scale"}
+var scenarioNames = []string{"latency", "throughput", "redis-cost", "accuracy", "outage", "propagation", "scale", "rls"}
 
 // config is what the flags set.
 type config struct {
@@ -177,6 +177,8 @@ func (h *harness) runScenario(ctx context.Context, name string) error {
 		return h.scenarioPropagation(ctx)
 	case "scale":
 		return h.scenarioScale(ctx)
+	case "rls":
+		return h.scenarioRLS(ctx)
 	}
 	return fmt.Errorf("unknown scenario %q", name)
 }
