@@ -82,6 +82,25 @@ func (r *Rule) Share(region string) (int32, bool) {
 	return 0, false
 }
 
+// RegionCapacity is the capacity region enforces: the rule's, or its share
+// of it when the rule is split between regions and lists region.
+func (r *Rule) RegionCapacity(region string) float64 {
+	if pct, ok := r.Share(region); ok {
+		return float64(r.Capacity) * float64(pct) / 100
+	}
+	return float64(r.Capacity)
+}
+
+// RegionRefill is the refill region enforces, as RefillTokens per
+// RefillPeriodMs are: the rule's, or its share of it (tokens×percent per
+// period×100, exact) when the rule is split and lists region.
+func (r *Rule) RegionRefill(region string) (tokens, periodMs int64) {
+	if pct, ok := r.Share(region); ok {
+		return r.RefillTokens * int64(pct), r.RefillPeriodMs * 100
+	}
+	return r.RefillTokens, r.RefillPeriodMs
+}
+
 // FailureMode is the compiled spec.failureMode.
 type FailureMode uint8
 
