@@ -73,7 +73,7 @@ func TestQuickRunProducesReport(t *testing.T) {
 		t.Error("no target checks")
 	}
 	report := readFile(filepath.Join(out, "report.md"))
-	for _, want := range []string{"DESIGN.md §6 targets", "## 1. Added latency", "## 7. Memory and scale", ".png)"} {
+	for _, want := range []string{"## Targets", "## 1. Added latency", "## 7. Memory and scale", ".png)"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report.md lacks %q", want)
 		}

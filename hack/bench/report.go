@@ -96,7 +96,9 @@ func (h *harness) markdown() string {
 		}
 		m.p("")
 	}
-	m.p("## DESIGN.md §6 targets")
+	m.p("## Targets")
+	m.p("")
+	m.p("The targets are written in hack/bench/targets.go (the table `targets`); BENCHMARKS.md shows the last full run against them.")
 	m.p("")
 	var rows [][]string
 	for _, t := range r.Targets {

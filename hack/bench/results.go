@@ -61,7 +61,7 @@ func newResults(cfg config, p plan) *Results {
 	}
 }
 
-// TargetCheck is one DESIGN.md §6 target and what this run measured.
+// TargetCheck is one target (see targets.go) and what this run measured.
 type TargetCheck struct {
 	What     string `json:"what"`
 	Target   string `json:"target"`
