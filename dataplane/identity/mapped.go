@@ -69,15 +69,7 @@ func (m *Mapped) Len() int {
 
 // LoadMapped reads and parses the key file at path; see ParseMapped.
 func LoadMapped(path string) (*Mapped, error) {
-	data, err := filewatch.ReadFile(path, maxFileSize)
-	if err != nil {
-		return nil, err
-	}
-	m, err := ParseMapped(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return m, nil
+	return filewatch.Load(path, maxFileSize, ParseMapped)
 }
 
 // entryFields are the fields of a key file entry.

@@ -134,15 +134,7 @@ func (r *Route) UpstreamPath(reqPath string) string {
 // Load reads and parses the route file at path. Errors are prefixed with
 // the path.
 func Load(path string) (*Table, error) {
-	data, err := filewatch.ReadFile(path, maxFileSize)
-	if err != nil {
-		return nil, err
-	}
-	t, err := Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return t, nil
+	return filewatch.Load(path, maxFileSize, Parse)
 }
 
 // Parse parses and validates a route file (YAML or JSON). Every problem found

@@ -40,6 +40,24 @@ func ReadFile(path string, max int64) ([]byte, error) {
 	return data, nil
 }
 
+// Load reads the file at path (at most max bytes) and parses it once; parse
+// errors are prefixed with the path. It is what New does first.
+func Load[T any](path string, max int64, parse func([]byte) (*T, error)) (*T, error) {
+	data, err := ReadFile(path, max)
+	if err != nil {
+		return nil, err
+	}
+	return parseFile(path, data, parse)
+}
+
+func parseFile[T any](path string, data []byte, parse func([]byte) (*T, error)) (*T, error) {
+	v, err := parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return v, nil
+}
+
 // Options configure a Watcher. The zero value is usable.
 type Options[T any] struct {
 	// Interval is how often the file is read; zero or negative means 1s.
@@ -86,11 +104,7 @@ func New[T any](path string, max int64, parse func([]byte) (*T, error), opts Opt
 			return Content[T]{}, err
 		}
 		return Content[T]{Sum: sha256.Sum256(data), Parse: func() (*T, error) {
-			v, err := parse(data)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", path, err)
-			}
-			return v, nil
+			return parseFile(path, data, parse)
 		}}, nil
 	}, opts)
 }

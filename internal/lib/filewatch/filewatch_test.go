@@ -140,3 +140,19 @@ func TestNewSourceParsesNewContentOnly(t *testing.T) {
 		t.Errorf("parses = %d, Current() = %q; want 2, c", parses, *w.Current())
 	}
 }
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good"), filepath.Join(dir, "bad")
+	write(t, good, "a\n")
+	write(t, bad, "BAD")
+	if v, err := Load(good, 64, parseWord); err != nil || *v != "a" {
+		t.Errorf("Load(good) = %v, %v", v, err)
+	}
+	if _, err := Load(bad, 64, parseWord); err == nil || !strings.HasPrefix(err.Error(), bad+": ") {
+		t.Errorf("Load(bad) error = %v, want it prefixed with the path", err)
+	}
+	if _, err := Load(good, 1, parseWord); err == nil || !strings.Contains(err.Error(), "larger than 1 bytes") {
+		t.Errorf("Load(too large) error = %v", err)
+	}
+}
