@@ -207,7 +207,9 @@ func unknownField(prefix string, u strictdecode.Unknown) error {
 }
 
 // parseRoute decodes and validates route i. It returns what it could decode
-// (the id at least, for duplicate detection) and every problem found.
+// (the id at least, for duplicate detection) and every problem found. It is
+// long on purpose: one block per field, in the order of the file format, so
+// that each field's rules and messages can be read in one place.
 func parseRoute(i int, raw json.RawMessage) (Route, []error) {
 	fields, ok := strictdecode.ParseObject(raw)
 	if !ok || fields == nil {

@@ -251,24 +251,7 @@ func (s *Redis) runningLocked() bool {
 func (s *Redis) launch(port int) (busy bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	args := []string{
-		"--port", strconv.Itoa(port),
-		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", "no",
-		"--dir", s.dir,
-	}
-	if s.cfg.Cluster {
-		args = append(args,
-			"--cluster-enabled", "yes",
-			"--cluster-config-file", filepath.Join(s.dir, fmt.Sprintf("nodes-%d.conf", port)),
-			"--cluster-node-timeout", "2000",
-		)
-	}
-	args = append(args, s.cfg.Args...)
-	if s.cfg.Conf != "" {
-		args = append([]string{s.cfg.Conf}, args...)
-	}
+	args := s.args(port)
 
 	logFile, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -317,6 +300,30 @@ func (s *Redis) launch(port int) (busy bool, err error) {
 				port, readyTimeout, s.logPath, tail(s.logSince(offset), logTailLines))
 		}
 	}
+}
+
+// args are redis-server's arguments for port: the configuration file
+// first, then the launcher's own, then the caller's, which can override them.
+func (s *Redis) args(port int) []string {
+	args := []string{
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+	}
+	if s.cfg.Cluster {
+		args = append(args,
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(s.dir, fmt.Sprintf("nodes-%d.conf", port)),
+			"--cluster-node-timeout", "2000",
+		)
+	}
+	args = append(args, s.cfg.Args...)
+	if s.cfg.Conf != "" {
+		args = append([]string{s.cfg.Conf}, args...)
+	}
+	return args
 }
 
 // waitState waits (briefly) until the process is or is no longer in the
