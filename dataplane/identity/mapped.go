@@ -6,16 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"maps"
-	"os"
 	"regexp"
-	"slices"
 	"strings"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/internal/lib/filewatch"
+	"github.com/tollgate-dev/tollgate/internal/lib/strictdecode"
 )
 
 // maxFileSize bounds what LoadMapped and the MappedWatcher read. Secrets are
@@ -73,31 +69,7 @@ func (m *Mapped) Len() int {
 
 // LoadMapped reads and parses the key file at path; see ParseMapped.
 func LoadMapped(path string) (*Mapped, error) {
-	data, err := readFile(path)
-	if err != nil {
-		return nil, err
-	}
-	m, err := ParseMapped(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return m, nil
-}
-
-func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxFileSize)
-	}
-	return data, nil
+	return filewatch.Load(path, maxFileSize, ParseMapped)
 }
 
 // entryFields are the fields of a key file entry.
@@ -112,26 +84,25 @@ var entryFields = []string{"tenant", "sha256", "key"}
 // names (a key pasted as a field name would leak), and YAML syntax errors are
 // reduced to their line number when the parser's message could quote content.
 func ParseMapped(data []byte) (*Mapped, error) {
-	js, err := yaml.YAMLToJSONStrict(data)
+	js, err := strictdecode.YAMLToJSON(data)
 	if err != nil {
 		return nil, syntaxError(err)
 	}
-	// Decode field by field rather than into a struct: encoding/json matches
-	// names case-insensitively, and this gives errors naming entry and field.
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(js, &top); err != nil || top == nil {
+	// Decode field by field rather than into a struct: this gives errors
+	// naming entry and field, and quoting nothing of the file.
+	top, ok := strictdecode.ParseObject(js)
+	if !ok || top == nil {
 		return nil, errors.New(`must be a mapping with a "keys" list`)
 	}
 	var errs []error
-	raw, ok := top["keys"]
-	if len(top) > 1 || (len(top) == 1 && !ok) {
+	if len(top.Unknown([]string{"keys"})) > 0 {
 		errs = append(errs, errors.New(`unknown top-level field (the only field is "keys")`))
 	}
-	if !ok {
+	if !top.Has("keys") {
 		return nil, errors.Join(append(errs, errors.New(`keys: missing (use "keys: []" for no keys)`))...)
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
+	items, ok := top.List("keys")
+	if !ok {
 		return nil, errors.Join(append(errs, errors.New("keys: must be a list"))...)
 	}
 
@@ -158,46 +129,42 @@ func ParseMapped(data []byte) (*Mapped, error) {
 // parseEntry validates entry i. It returns the tenant, the digest of the key,
 // the field the key came from, and every problem found.
 func parseEntry(i int, raw json.RawMessage) (tenant string, sum [sha256.Size]byte, field string, errs []error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+	fields, ok := strictdecode.ParseObject(raw)
+	if !ok || fields == nil {
 		return "", sum, "", []error{fmt.Errorf("keys[%d]: must be a mapping", i)}
 	}
 	fail := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("keys[%d]: "+format, append([]any{i}, args...)...))
 	}
-	for _, k := range slices.Sorted(maps.Keys(fields)) {
-		if !slices.Contains(entryFields, k) {
-			hint := "fields are tenant, sha256 and key"
-			for _, f := range entryFields {
-				if strings.EqualFold(f, k) {
-					hint = fmt.Sprintf("did you mean %q?", f)
-				}
-			}
-			fail("unknown field (%s)", hint)
+	// Unknown field names are not quoted: a key pasted as one would leak.
+	for _, u := range fields.Unknown(entryFields) {
+		if u.Like != "" {
+			fail("unknown field (did you mean %q?)", u.Like)
+		} else {
+			fail("unknown field (fields are tenant, sha256 and key)")
 		}
 	}
 
-	if v, ok := fields["tenant"]; !ok {
+	if !fields.Has("tenant") {
 		fail("tenant: missing")
-	} else if tenant, ok = str(v); !ok || !v1alpha1.ValidIdentifier(tenant) {
+	} else if tenant, ok = fields.String("tenant"); !ok || !v1alpha1.ValidIdentifier(tenant) {
 		fail("tenant: must be a valid id (1-64 characters [A-Za-z0-9._-], starting with a letter or digit)")
 	}
 
-	hexSum, hasSum := fields["sha256"]
-	rawKey, hasKey := fields["key"]
+	hasSum, hasKey := fields.Has("sha256"), fields.Has("key")
 	switch {
 	case hasSum && hasKey:
 		fail("exactly one of sha256 and key is allowed, not both")
 	case hasSum:
 		field = "sha256"
-		if s, ok := str(hexSum); !ok || len(s) != 2*sha256.Size {
+		if s, ok := fields.String("sha256"); !ok || len(s) != 2*sha256.Size {
 			fail("sha256: must be 64 hex digits (the SHA-256 of the key)")
 		} else if _, err := hex.Decode(sum[:], []byte(s)); err != nil {
 			fail("sha256: must be 64 hex digits (the SHA-256 of the key)")
 		}
 	case hasKey:
 		field = "key"
-		if s, ok := str(rawKey); !ok {
+		if s, ok := fields.String("key"); !ok {
 			fail("key: must be a string (quote it)")
 		} else if !validKey(s) {
 			fail("key: must be 1-%d printable ASCII characters (0x21-0x7e)", MaxKeyLength)
@@ -208,15 +175,6 @@ func parseEntry(i int, raw json.RawMessage) (tenant string, sum [sha256.Size]byt
 		fail("one of sha256 and key is required")
 	}
 	return tenant, sum, field, errs
-}
-
-// str decodes a JSON string; null and other types are not strings.
-func str(raw json.RawMessage) (string, bool) {
-	var s string
-	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
-		return "", false
-	}
-	return s, true
 }
 
 var (

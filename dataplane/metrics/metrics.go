@@ -155,3 +155,49 @@ func (m *Gateway) ObserveRedis(d time.Duration, err error) {
 		m.RedisErrors.Inc()
 	}
 }
+
+// Result indexes a decision result in DecisionCounters.
+type Result uint8
+
+// Decision results, in the order of their labels.
+const (
+	Allowed Result = iota
+	Rejected
+	ShadowRejected
+	numResults
+)
+
+var resultLabels = [numResults]string{ResultAllowed, ResultRejected, ResultShadowRejected}
+
+// DecisionCounters are the series of tollgate_gateway_decisions_total of one
+// route, resolved once, so that the request path (HTTP and Envoy alike) does
+// no label lookup. A nil *DecisionCounters counts nothing.
+type DecisionCounters struct {
+	c [numResults][]prometheus.Counter
+}
+
+// DecisionCounters resolves the series of route for every result and for
+// sources 0 to sources-1, whose "source" label is sourceName(i). It returns
+// nil on a nil Gateway.
+func (g *Gateway) DecisionCounters(route string, sources int, sourceName func(int) string) *DecisionCounters {
+	if g == nil {
+		return nil
+	}
+	d := &DecisionCounters{}
+	for r := range numResults {
+		d.c[r] = make([]prometheus.Counter, sources)
+		for src := range sources {
+			d.c[r][src] = g.Decisions.WithLabelValues(route, resultLabels[r], sourceName(src))
+		}
+	}
+	return d
+}
+
+// Inc counts one decision with result r made by source src; a source out of
+// range is not counted.
+func (d *DecisionCounters) Inc(r Result, src int) {
+	if d == nil || r >= numResults || src < 0 || src >= len(d.c[r]) {
+		return
+	}
+	d.c[r][src].Inc()
+}

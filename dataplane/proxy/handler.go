@@ -15,7 +15,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
-	"github.com/tollgate-dev/tollgate/internal/ratelog"
+	"github.com/tollgate-dev/tollgate/internal/lib/ratelog"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -99,17 +99,17 @@ func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *up
 	setLimitHeaders(w.Header(), up.route.ID, rule, d, h.opts.IETFHeaders)
 	switch {
 	case d.Allowed:
-		up.count(metrics.ResultAllowed, d.Source)
+		up.count(metrics.Allowed, d.Source)
 	case rule.Shadow:
-		up.count(metrics.ResultShadowRejected, d.Source)
+		up.count(metrics.ShadowRejected, d.Source)
 		w.Header().Set("X-RateLimit-Shadow", "would-reject")
 	case d.Source == limiter.SourceFailClosed:
-		up.count(metrics.ResultRejected, d.Source)
+		up.count(metrics.Rejected, d.Source)
 		setRetryAfter(w.Header(), d)
 		h.reply(w, up.route.ID, http.StatusServiceUnavailable, "rate limiter unavailable and the rule fails closed")
 		return
 	default:
-		up.count(metrics.ResultRejected, d.Source)
+		up.count(metrics.Rejected, d.Source)
 		setRetryAfter(w.Header(), d)
 		h.reply(w, up.route.ID, http.StatusTooManyRequests, "rate limit exceeded")
 		return

@@ -9,14 +9,15 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
-// Header names, in Go's canonical form.
-const (
-	headerLimit      = "X-Ratelimit-Limit"
-	headerRemaining  = "X-Ratelimit-Remaining"
-	headerRetryAfter = "Retry-After"
-	headerIETF       = "Ratelimit"
-	headerIETFPolicy = "Ratelimit-Policy"
-	headerShadow     = "X-Ratelimit-Shadow"
+// Header names of package limitheaders (shared with the Envoy path), in Go's
+// canonical form so they can index an http.Header directly.
+var (
+	headerLimit      = http.CanonicalHeaderKey(limitheaders.Limit)
+	headerRemaining  = http.CanonicalHeaderKey(limitheaders.Remaining)
+	headerRetryAfter = http.CanonicalHeaderKey(limitheaders.RetryAfter)
+	headerIETF       = http.CanonicalHeaderKey(limitheaders.IETF)
+	headerIETFPolicy = http.CanonicalHeaderKey(limitheaders.IETFPolicy)
+	headerShadow     = http.CanonicalHeaderKey(limitheaders.Shadow)
 )
 
 // ownHeaders are set by the gateway; the same headers from an upstream are

@@ -15,7 +15,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
-	"github.com/tollgate-dev/tollgate/internal/ratelog"
+	"github.com/tollgate-dev/tollgate/internal/lib/ratelog"
 )
 
 const logInterval = 10 * time.Second
@@ -25,18 +25,16 @@ const logInterval = 10 * time.Second
 type upstream struct {
 	route     *routes.Route
 	proxy     *httputil.ReverseProxy
-	decisions [3][4]prometheus.Counter // [result][limiter.Source]
+	decisions *metrics.DecisionCounters
 }
 
-var results = [3]string{metrics.ResultAllowed, metrics.ResultRejected, metrics.ResultShadowRejected}
+// numSources is the number of limiter.Source values; sourceName labels one.
+const numSources = int(limiter.SourceFailClosed) + 1
 
-func (u *upstream) count(result string, src limiter.Source) {
-	for i, r := range results {
-		if r == result {
-			u.decisions[i][src].Inc()
-			return
-		}
-	}
+func sourceName(i int) string { return limiter.Source(i).String() }
+
+func (u *upstream) count(result metrics.Result, src limiter.Source) {
+	u.decisions.Inc(result, int(src))
 }
 
 // upstreams builds and caches the upstream of every route of the current
@@ -82,12 +80,7 @@ func (u *upstreams) get(table *routes.Table, route *routes.Route) *upstream {
 }
 
 func (u *upstreams) build(r *routes.Route) *upstream {
-	up := &upstream{route: r}
-	for i, res := range results {
-		for src := limiter.SourceRedis; src <= limiter.SourceFailClosed; src++ {
-			up.decisions[i][src] = u.metrics.Decisions.WithLabelValues(r.ID, res, src.String())
-		}
-	}
+	up := &upstream{route: r, decisions: u.metrics.DecisionCounters(r.ID, numSources, sourceName)}
 	classes := map[int]prometheus.Counter{}
 	for c := 1; c <= 5; c++ {
 		classes[c] = u.metrics.Responses.WithLabelValues(r.ID, codeClass(c*100))

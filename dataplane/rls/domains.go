@@ -3,14 +3,11 @@ package rls
 import (
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 
-	sjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
-
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/internal/lib/clip"
+	"github.com/tollgate-dev/tollgate/internal/lib/strictdecode"
 )
 
 // Default descriptor keys: a descriptor's "tenant" entry names the tenant and
@@ -71,7 +68,7 @@ func NewDomains(list []Domain) (*Domains, error) {
 	for i, d := range list {
 		at := fmt.Sprintf("domains[%d]", i)
 		if d.Name != "" {
-			at += fmt.Sprintf(" (name %q)", clip(d.Name))
+			at += fmt.Sprintf(" (name %q)", clip.String(d.Name))
 		}
 		if d.TenantKey == "" {
 			d.TenantKey = DefaultTenantKey
@@ -92,10 +89,10 @@ func NewDomains(list []Domain) (*Domains, error) {
 			bad = append(bad, fmt.Sprintf("routeKey: 1 to %d printable ASCII characters without spaces", maxNameLength))
 		}
 		if d.TenantKey == d.RouteKey {
-			bad = append(bad, fmt.Sprintf("tenantKey and routeKey are both %q", clip(d.TenantKey)))
+			bad = append(bad, fmt.Sprintf("tenantKey and routeKey are both %q", clip.String(d.TenantKey)))
 		}
 		if d.DefaultRoute != "" && !v1alpha1.ValidIdentifier(d.DefaultRoute) {
-			bad = append(bad, fmt.Sprintf("defaultRoute %q: not a valid route id (1-64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit)", clip(d.DefaultRoute)))
+			bad = append(bad, fmt.Sprintf("defaultRoute %q: not a valid route id (1-64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit)", clip.String(d.DefaultRoute)))
 		}
 		for _, b := range bad {
 			errs = append(errs, fmt.Errorf("%s: %s", at, b))
@@ -122,7 +119,7 @@ func NewDomains(list []Domain) (*Domains, error) {
 // Parsing is strict: unknown or misspelt fields (keys are case-sensitive),
 // duplicate keys and wrong types are errors.
 func ParseDomains(data []byte) (*Domains, error) {
-	js, err := yaml.YAMLToJSONStrict(data)
+	js, err := strictdecode.YAMLToJSON(data)
 	if err != nil {
 		return nil, fmt.Errorf("syntax: %w", err)
 	}
@@ -130,31 +127,10 @@ func ParseDomains(data []byte) (*Domains, error) {
 		return nil, errors.New(`empty: want "domains: [...]"`)
 	}
 	var f file
-	strict, err := sjson.UnmarshalStrict(js, &f, sjson.DisallowUnknownFields, sjson.DisallowDuplicateFields)
-	if err != nil {
+	if err := strictdecode.Decode(js, &f); err != nil {
 		return nil, fmt.Errorf(`want a mapping "domains: [{name, tenantKey, routeKey, defaultRoute}]": %w`, err)
 	}
-	if len(strict) > 0 {
-		return nil, errors.Join(strict...)
-	}
 	return NewDomains(f.Domains)
-}
-
-// readFile reads at most maxFileSize bytes of path.
-func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxFileSize)
-	}
-	return data, nil
 }
 
 // Len is the number of configured domains.
@@ -178,7 +154,7 @@ func (ds *Domains) lookup(name string) (*Domain, error) {
 	if name == "" {
 		return nil, errors.New("domain is empty; this service only serves the domains of its --rls-domains file")
 	}
-	return nil, fmt.Errorf("unknown domain %q; this service only serves the domains of its --rls-domains file", clip(name))
+	return nil, fmt.Errorf("unknown domain %q; this service only serves the domains of its --rls-domains file", clip.String(name))
 }
 
 // validName: 1 to maxNameLength printable ASCII characters, no spaces.
@@ -192,13 +168,4 @@ func validName(s string) bool {
 		}
 	}
 	return true
-}
-
-// clip shortens untrusted text before it goes into a message.
-func clip(s string) string {
-	const max = 64
-	if len(s) > max {
-		return s[:max] + "..."
-	}
-	return s
 }

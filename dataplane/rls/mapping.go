@@ -8,6 +8,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/internal/lib/clip"
 )
 
 // Bounds of one request. A request beyond them is refused whole, before any
@@ -117,7 +118,7 @@ func (dom *Domain) target(d *ratelimitv3.RateLimitDescriptor, reqCost int64) (Ta
 		}
 		t.Route = dom.DefaultRoute
 	} else if why := invalidID(t.Route); why != "" {
-		return Target{}, fmt.Errorf("the %q value %q is not a valid route id: %s", dom.RouteKey, clip(t.Route), why)
+		return Target{}, fmt.Errorf("the %q value %q is not a valid route id: %s", dom.RouteKey, clip.String(t.Route), why)
 	}
 	if d.GetIsNegativeHits() {
 		return Target{}, fmt.Errorf("is_negative_hits is not supported: tollgate never hands tokens back")
@@ -137,7 +138,7 @@ func (dom *Domain) inDomain() string {
 	if dom.Name == "" {
 		return ""
 	}
-	return fmt.Sprintf(" in domain %q", clip(dom.Name))
+	return fmt.Sprintf(" in domain %q", clip.String(dom.Name))
 }
 
 // invalidID says why s is not a valid tenant or route id, or "" when it is

@@ -23,7 +23,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -31,7 +30,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/limitheaders"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
-	"github.com/tollgate-dev/tollgate/internal/ratelog"
+	"github.com/tollgate-dev/tollgate/internal/lib/ratelog"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -72,7 +71,7 @@ type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	opts     Options
 	log      *ratelog.Logger
-	counters sync.Map // route label → *counterSet
+	counters sync.Map // route label → *metrics.DecisionCounters
 }
 
 // New returns a Server.
@@ -121,15 +120,15 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			return nil, status.Error(codes.Internal, "no rule for a decision")
 		}
 		r := decided{t: t, d: d, rule: rule}
-		result := resultAllowed
+		result := metrics.Allowed
 		switch {
 		case d.Allowed:
 		case rule.Shadow:
-			r.shadow, result = true, resultShadow
+			r.shadow, result = true, metrics.ShadowRejected
 		default:
-			r.over, result = true, resultRejected
+			r.over, result = true, metrics.Rejected
 		}
-		counters.inc(result, d.Source)
+		counters.Inc(result, int(d.Source))
 		results = append(results, r)
 	}
 	return s.response(results), nil
@@ -216,10 +215,7 @@ func tighter(a, b *decided) bool {
 // currentLimit reports the rule's refill rate (this region's share of it)
 // as requests per unit; see RateUnit.
 func (s *Server) currentLimit(r *decided) *rlsv3.RateLimitResponse_RateLimit {
-	tokens, period := r.rule.RefillTokens, r.rule.RefillPeriodMs
-	if pct, ok := r.rule.Share(s.opts.Region); ok {
-		tokens, period = tokens*int64(pct), period*100
-	}
+	tokens, period := r.rule.RegionRefill(s.opts.Region)
 	n, unit := RateUnit(tokens, period)
 	return &rlsv3.RateLimitResponse_RateLimit{Name: r.t.Route, RequestsPerUnit: n, Unit: unit}
 }
@@ -228,47 +224,20 @@ func clampUint32(v int64) uint32 {
 	return uint32(min(max(v, 0), math.MaxUint32))
 }
 
-// Decision results, indexes of counterSet.
-const (
-	resultAllowed = iota
-	resultRejected
-	resultShadow
-	numResults
-)
-
-var resultNames = [numResults]string{metrics.ResultAllowed, metrics.ResultRejected, metrics.ResultShadowRejected}
-
 // numSources is the number of limiter.Source values.
 const numSources = int(limiter.SourceFailClosed) + 1
-
-// counterSet holds the decision counters of one route label, resolved once.
-type counterSet struct {
-	c [numResults][numSources]prometheus.Counter
-}
-
-func (c *counterSet) inc(result int, src limiter.Source) {
-	if c == nil || int(src) >= numSources {
-		return
-	}
-	c.c[result][src].Inc()
-}
 
 // countersFor returns the counters of a route label; nil without metrics.
 // Labels come only from the domain configuration, so their number is
 // bounded.
-func (s *Server) countersFor(label string) *counterSet {
+func (s *Server) countersFor(label string) *metrics.DecisionCounters {
 	if s.opts.Metrics == nil {
 		return nil
 	}
 	if c, ok := s.counters.Load(label); ok {
-		return c.(*counterSet)
+		return c.(*metrics.DecisionCounters)
 	}
-	c := &counterSet{}
-	for r := range numResults {
-		for src := range numSources {
-			c.c[r][src] = s.opts.Metrics.Decisions.WithLabelValues(label, resultNames[r], limiter.Source(src).String())
-		}
-	}
+	c := s.opts.Metrics.DecisionCounters(label, numSources, func(i int) string { return limiter.Source(i).String() })
 	actual, _ := s.counters.LoadOrStore(label, c)
-	return actual.(*counterSet)
+	return actual.(*metrics.DecisionCounters)
 }

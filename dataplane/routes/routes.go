@@ -24,18 +24,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"net/url"
-	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/internal/lib/filewatch"
+	"github.com/tollgate-dev/tollgate/internal/lib/strictdecode"
 )
 
 // maxTimeout is the longest accepted route timeout.
@@ -137,32 +134,7 @@ func (r *Route) UpstreamPath(reqPath string) string {
 // Load reads and parses the route file at path. Errors are prefixed with
 // the path.
 func Load(path string) (*Table, error) {
-	data, err := readFile(path)
-	if err != nil {
-		return nil, err
-	}
-	t, err := Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return t, nil
-}
-
-// readFile reads at most maxFileSize bytes of path.
-func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxFileSize)
-	}
-	return data, nil
+	return filewatch.Load(path, maxFileSize, Parse)
 }
 
 // Parse parses and validates a route file (YAML or JSON). Every problem found
@@ -170,30 +142,26 @@ func readFile(path string) ([]byte, error) {
 //
 //	routes[2] (id "orders"): path: must start with "/"
 func Parse(data []byte) (*Table, error) {
-	js, err := yaml.YAMLToJSONStrict(data)
+	js, err := strictdecode.YAMLToJSON(data)
 	if err != nil {
 		return nil, fmt.Errorf("syntax: %w", err)
 	}
-	// Decode field by field rather than into a struct: encoding/json matches
-	// keys case-insensitively, and per-field decoding gives errors that name
-	// the route and the field.
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(js, &top); err != nil {
+	// Decode field by field rather than into a struct: this gives errors
+	// that name the route and the field.
+	top, ok := strictdecode.ParseObject(js)
+	if !ok {
 		return nil, errors.New(`must be a mapping with a "routes" list`)
 	}
 	var errs []error
-	for _, k := range sortedKeys(top) {
-		if k != "routes" {
-			errs = append(errs, unknownField("", k, []string{"routes"}))
-		}
+	for _, u := range top.Unknown([]string{"routes"}) {
+		errs = append(errs, unknownField("", u))
 	}
-	rawRoutes, ok := top["routes"]
-	if !ok {
+	if !top.Has("routes") {
 		errs = append(errs, errors.New(`routes: missing (use "routes: []" for an empty table)`))
 		return nil, errors.Join(errs...)
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(rawRoutes, &items); err != nil {
+	items, ok := top.List("routes")
+	if !ok {
 		errs = append(errs, errors.New("routes: must be a list"))
 		return nil, errors.Join(errs...)
 	}
@@ -229,53 +197,39 @@ func label(i int, id string) string {
 	return fmt.Sprintf("routes[%d] (id %q)", i, id)
 }
 
-// unknownField reports key k, hinting at a known field differing only in case.
-func unknownField(prefix, k string, known []string) error {
-	for _, f := range known {
-		if strings.EqualFold(f, k) {
-			return fmt.Errorf("%sunknown field %q (did you mean %q?)", prefix, k, f)
-		}
+// unknownField reports an unknown field, hinting at the known field it
+// spells in another case.
+func unknownField(prefix string, u strictdecode.Unknown) error {
+	if u.Like != "" {
+		return fmt.Errorf("%sunknown field %q (did you mean %q?)", prefix, u.Name, u.Like)
 	}
-	return fmt.Errorf("%sunknown field %q", prefix, k)
-}
-
-func sortedKeys(m map[string]json.RawMessage) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+	return fmt.Errorf("%sunknown field %q", prefix, u.Name)
 }
 
 // parseRoute decodes and validates route i. It returns what it could decode
-// (the id at least, for duplicate detection) and every problem found.
+// (the id at least, for duplicate detection) and every problem found. It is
+// long on purpose: one block per field, in the order of the file format, so
+// that each field's rules and messages can be read in one place.
 func parseRoute(i int, raw json.RawMessage) (Route, []error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+	fields, ok := strictdecode.ParseObject(raw)
+	if !ok || fields == nil {
 		return Route{}, []error{fmt.Errorf("routes[%d]: must be a mapping", i)}
 	}
 	var f routeFile
 	// The id is decoded first so that every other message can name it.
-	if v, ok := fields["id"]; ok {
-		_ = json.Unmarshal(v, &f.ID)
-	}
+	_, _ = fields.Field("id", &f.ID)
 	where := label(i, f.ID)
 	var errs []error
 	fail := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s: %s", where, field, fmt.Sprintf(format, args...)))
 	}
 
-	for _, k := range sortedKeys(fields) {
-		if !contains(routeFields, k) {
-			errs = append(errs, unknownField(where+": ", k, routeFields))
-		}
+	for _, u := range fields.Unknown(routeFields) {
+		errs = append(errs, unknownField(where+": ", u))
 	}
 	decode := func(key string, dst any, want string) {
-		if v, ok := fields[key]; ok {
-			if err := json.Unmarshal(v, dst); err != nil {
-				fail(key, "must be %s", want)
-			}
+		if _, err := fields.Field(key, dst); err != nil {
+			fail(key, "must be %s", want)
 		}
 	}
 	decode("id", &f.ID, "a string (quote ids that look like numbers)")

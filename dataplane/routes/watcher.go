@@ -1,6 +1,6 @@
 package routes
 
-import "github.com/tollgate-dev/tollgate/internal/filewatch"
+import "github.com/tollgate-dev/tollgate/internal/lib/filewatch"
 
 // WatcherOptions configures a Watcher. The zero value is usable: the file
 // is read every second.
@@ -13,5 +13,5 @@ type Watcher = filewatch.Watcher[Table]
 // NewWatcher loads the file at path and returns a Watcher serving it; it
 // fails if the file cannot be read or is invalid. Call Run to follow changes.
 func NewWatcher(path string, opts WatcherOptions) (*Watcher, error) {
-	return filewatch.New(path, readFile, Parse, opts)
+	return filewatch.New(path, maxFileSize, Parse, opts)
 }

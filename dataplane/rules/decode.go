@@ -12,6 +12,8 @@ import (
 	sjson "sigs.k8s.io/json"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/internal/lib/clip"
+	"github.com/tollgate-dev/tollgate/internal/lib/strictdecode"
 )
 
 // Kinds accepted in rule files.
@@ -55,7 +57,7 @@ func wrongKind(tm metav1.TypeMeta) error {
 		return fmt.Errorf("kind missing: want %s", kindRule)
 	}
 	return fmt.Errorf("apiVersion %q, kind %q: want apiVersion %s, kind %s (or a %s or %s of them)",
-		clip(tm.APIVersion), clip(tm.Kind), ruleAPIVersion, kindRule, kindRuleList, kindList)
+		clip.String(tm.APIVersion), clip.String(tm.Kind), ruleAPIVersion, kindRule, kindRuleList, kindList)
 }
 
 // decodeList decodes a RateLimitRuleList or a v1 List of RateLimitRules.
@@ -65,7 +67,7 @@ func decodeList(loc string, js []byte, kind string) ([]manifest, error) {
 		metav1.ListMeta `json:"metadata,omitempty"`
 		Items           []json.RawMessage `json:"items"`
 	}
-	if err := strictDecode(js, &list); err != nil {
+	if err := strictdecode.Decode(js, &list); err != nil {
 		return nil, fmt.Errorf("%s: %w", loc, err)
 	}
 	out := make([]manifest, 0, len(list.Items))
@@ -102,7 +104,7 @@ func decodeRule(loc string, js []byte) (manifest, error) {
 		return manifest{}, fmt.Errorf("%s: %w", loc, err)
 	}
 	var obj v1alpha1.RateLimitRule
-	if err := strictDecode(js, &obj); err != nil {
+	if err := strictdecode.Decode(js, &obj); err != nil {
 		return manifest{}, fmt.Errorf("%s: %w", loc, err)
 	}
 	if obj.Namespace == "" {
@@ -112,10 +114,10 @@ func decodeRule(loc string, js []byte) (manifest, error) {
 	if obj.Name == "" {
 		errs = append(errs, errors.New("metadata.name: missing"))
 	} else if msgs := validation.IsDNS1123Subdomain(obj.Name); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("metadata.name %q: %s", clip(obj.Name), strings.Join(msgs, "; ")))
+		errs = append(errs, fmt.Errorf("metadata.name %q: %s", clip.String(obj.Name), strings.Join(msgs, "; ")))
 	}
 	if msgs := validation.IsDNS1123Label(obj.Namespace); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("metadata.namespace %q: %s", clip(obj.Namespace), strings.Join(msgs, "; ")))
+		errs = append(errs, fmt.Errorf("metadata.namespace %q: %s", clip.String(obj.Namespace), strings.Join(msgs, "; ")))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return manifest{}, fmt.Errorf("%s: %w", loc, err)
@@ -146,29 +148,7 @@ func checkPeriod(js []byte) error {
 		return errors.New(`spec.refill.period: must be a string such as "30s", "1m" or "1h30m"`)
 	}
 	if p == "" || len(p) > maxPeriodLength || !periodPattern.MatchString(p) {
-		return fmt.Errorf(`spec.refill.period %q: want whole seconds written with the units h, m and s, such as "30s", "1m" or "1h30m"`, clip(p))
+		return fmt.Errorf(`spec.refill.period %q: want whole seconds written with the units h, m and s, such as "30s", "1m" or "1h30m"`, clip.String(p))
 	}
 	return nil
-}
-
-// strictDecode decodes js into v the way the API server does: field names
-// are case-sensitive, and unknown or duplicate fields are errors.
-func strictDecode(js []byte, v any) error {
-	strict, err := sjson.UnmarshalStrict(js, v)
-	if err != nil {
-		if msg := err.Error(); strings.Contains(msg, "unmarshal bool into") && strings.HasSuffix(msg, "of type string") {
-			return fmt.Errorf("%w (YAML reads unquoted y, n, yes, no, on, off, true and false as booleans: quote the value)", err)
-		}
-		return err
-	}
-	return errors.Join(strict...)
-}
-
-// clip shortens text from a file before it goes into a message.
-func clip(s string) string {
-	const max = 64
-	if len(s) > max {
-		return s[:max] + "..."
-	}
-	return s
 }

@@ -2,16 +2,12 @@ package rules
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
-	"sync"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/lib/filewatch"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
-
-// defaultInterval is FileSource's poll interval when none is given.
-const defaultInterval = time.Second
 
 // FileOptions configures a FileSource. The zero value is usable.
 type FileOptions struct {
@@ -23,7 +19,7 @@ type FileOptions struct {
 	OnReload func(*snapshot.Set)
 	// OnWarning, if set, is called for each problem that does not stop a
 	// load: a rule that loses a conflict for its tenant+route, or a rule
-	// directory with no rule files. It is called once per loaded content
+	// directory with no rule files. It is called once per compiled content
 	// (for the first load, from NewFileSource).
 	OnWarning func(msg string)
 	// OnError, if set, is called from Run when the rule path cannot be read
@@ -33,7 +29,7 @@ type FileOptions struct {
 	OnError func(error)
 }
 
-// FileSource keeps a Store loaded from RateLimitRule manifests on disk, for a
+// FileSource keeps a Store compiled from RateLimitRule manifests on disk, for a
 // gateway that runs without Kubernetes. The path is a file, or a directory
 // whose *.yaml, *.yml and *.json files (not those of subdirectories) are read
 // in name order. Files hold manifests as users kubectl apply them: several
@@ -47,110 +43,82 @@ type FileOptions struct {
 // refuses it. Where several rules name the same tenant+route, the first in
 // namespace/name order is in force and the others are reported to OnWarning.
 //
-// FileSource polls rather than using file system notifications on purpose:
-// Kubernetes updates ConfigMap volumes by swapping symlinks, which
-// inotify-based watchers handle badly. A change is detected by hashing the
-// file names and contents, so touching a file without changing it does
-// nothing. Writers should replace files atomically (write elsewhere, then
-// rename), as the kubelet does.
+// FileSource follows the path with a filewatch.Watcher: it polls (Kubernetes
+// updates ConfigMap volumes by swapping symlinks, which inotify-based
+// watchers handle badly) and detects a change by hashing the file names and
+// contents, so touching a file without changing it does nothing. Writers
+// should replace files atomically (write elsewhere, then rename), as the
+// kubelet does.
 type FileSource struct {
 	path  string
 	store *Store
 	opts  FileOptions
+	w     *filewatch.Watcher[compiled]
 
-	mu       sync.Mutex // serializes loads
-	version  int64      // of the last snapshot swapped in
-	goodHash [sha256.Size]byte
-	badHash  [sha256.Size]byte // of the last reported bad content or error
-	bad      bool              // whether badHash is set
+	version int64 // of the last snapshot swapped in; guarded by w's polls
+}
+
+// compiled is one valid content of the rule path, compiled.
+type compiled struct {
+	rules    []snapshot.Rule
+	warnings []string
 }
 
 // NewFileSource loads the rules at path into store and returns a source that
 // follows later changes when Run is called. It fails, leaving store
 // untouched, if the path cannot be read or holds an invalid manifest.
 func NewFileSource(path string, store *Store, opts FileOptions) (*FileSource, error) {
-	if opts.Interval <= 0 {
-		opts.Interval = defaultInterval
-	}
 	s := &FileSource{path: path, store: store, opts: opts}
-	files, sum, err := readRuleFiles(path)
+	w, err := filewatch.NewSource(s.read, filewatch.Options[compiled]{
+		Interval: opts.Interval,
+		OnReload: s.install,
+		OnError:  opts.OnError,
+	})
 	if err != nil {
 		return nil, err
 	}
-	if err := s.apply(files, sum); err != nil {
-		return nil, err
-	}
+	s.w = w
+	s.install(w.Current())
 	return s, nil
 }
 
 // Run polls the rule path until ctx is done, starting with an immediate
 // poll. Callbacks run on Run's goroutine.
-func (s *FileSource) Run(ctx context.Context) {
-	tick := time.NewTicker(s.opts.Interval)
-	defer tick.Stop()
-	for {
-		s.poll()
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
+func (s *FileSource) Run(ctx context.Context) { s.w.Run(ctx) }
 
 // poll reads the rule path once and applies or reports what it finds.
-func (s *FileSource) poll() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *FileSource) poll() { s.w.Poll() }
 
+// read reads the rule files; their content compiles them.
+func (s *FileSource) read() (filewatch.Content[compiled], error) {
 	files, sum, err := readRuleFiles(s.path)
 	if err != nil {
-		s.report(sha256.Sum256([]byte("read error\x00"+err.Error())), err)
-		return
+		return filewatch.Content[compiled]{}, err
 	}
-	if sum == s.goodHash {
-		s.bad = false // back to good content: report a later failure again
-		return
-	}
-	if s.bad && sum == s.badHash {
-		return
-	}
-	if err := s.apply(files, sum); err != nil {
-		s.report(sum, err)
-	}
+	return filewatch.Content[compiled]{Sum: sum, Parse: func() (*compiled, error) {
+		rules, warnings, err := loadFiles(files)
+		if err != nil {
+			return nil, fmt.Errorf("loading rules: %w", err)
+		}
+		if len(files) == 0 {
+			warnings = append(warnings, fmt.Sprintf("%s: no *.yaml, *.yml or *.json files; no rules are in force", s.path))
+		}
+		return &compiled{rules: rules, warnings: warnings}, nil
+	}}, nil
 }
 
-// apply compiles files and, if they are valid, swaps them into the store.
-func (s *FileSource) apply(files []ruleFile, sum [sha256.Size]byte) error {
-	rules, warnings, err := loadFiles(files)
-	if err != nil {
-		return fmt.Errorf("loading rules: %w", err)
-	}
-	if len(files) == 0 {
-		warnings = append(warnings, fmt.Sprintf("%s: no *.yaml, *.yml or *.json files; no rules are in force", s.path))
-	}
+// install swaps compiled rules into the store as a new snapshot version and
+// reports them.
+func (s *FileSource) install(l *compiled) {
 	s.version++
-	set := snapshot.Build(rules, s.version)
+	set := snapshot.Build(l.rules, s.version)
 	s.store.Replace(set)
-	s.goodHash, s.bad = sum, false
 	if s.opts.OnWarning != nil {
-		for _, w := range warnings {
+		for _, w := range l.warnings {
 			s.opts.OnWarning(w)
 		}
 	}
 	if s.opts.OnReload != nil {
 		s.opts.OnReload(set)
-	}
-	return nil
-}
-
-// report calls OnError unless the same failure was the last one reported.
-func (s *FileSource) report(sum [sha256.Size]byte, err error) {
-	if s.bad && sum == s.badHash {
-		return
-	}
-	s.badHash, s.bad = sum, true
-	if s.opts.OnError != nil {
-		s.opts.OnError(err)
 	}
 }

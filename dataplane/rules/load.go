@@ -5,13 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/internal/lib/filewatch"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -100,17 +100,9 @@ func readRuleFiles(path string) ([]ruleFile, [sha256.Size]byte, error) {
 
 // readFile reads one file of at most maxFileSize bytes.
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	data, err := filewatch.ReadFile(path, maxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("rule file: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("rule file %s: %w", path, err)
-	}
-	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("rule file %s: larger than %d bytes", path, maxFileSize)
 	}
 	return data, nil
 }

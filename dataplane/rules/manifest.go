@@ -7,9 +7,9 @@ import (
 	"io"
 
 	yamlv2 "go.yaml.in/yaml/v2"
-	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/internal/lib/strictdecode"
 )
 
 // maxErrorsPerFile bounds the documents reported as bad in one file, and the
@@ -105,12 +105,12 @@ func blank(text []byte) bool {
 
 // parseDocument decodes one document: a RateLimitRule or a list of them.
 func parseDocument(loc string, d document) ([]manifest, error) {
-	js, err := yaml.YAMLToJSONStrict(d.text)
+	js, err := strictdecode.YAMLToJSON(d.text)
 	if err != nil {
 		// Parse again behind blank lines so the message has file line numbers.
 		// Only on this error path: padding every document would be quadratic.
 		padded := append(bytes.Repeat([]byte("\n"), d.line-1), d.text...)
-		if _, perr := yaml.YAMLToJSONStrict(padded); perr != nil {
+		if _, perr := strictdecode.YAMLToJSON(padded); perr != nil {
 			err = perr
 		}
 		return nil, fmt.Errorf("%s: %w", loc, err)

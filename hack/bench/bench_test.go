@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
+	"github.com/tollgate-dev/tollgate/internal/procs/kubeapi"
 )
 
 // TestQuickRunProducesReport runs the whole harness in quick mode into a
@@ -66,12 +66,14 @@ func TestQuickRunProducesReport(t *testing.T) {
 		t.Error("propagation: want three changes")
 	case res.Scale == nil || res.Scale.RedisBytesPerBkt <= 0 || res.Scale.RSS <= 0 || res.Scale.PublishSeconds <= 0:
 		t.Error("scale: missing figures")
+	case res.RLS == nil || len(res.RLS.Modes) != 2 || res.RLS.Modes[0].Calls == 0:
+		t.Error("rls: want calls in two limiter modes")
 	}
 	if len(res.Targets) == 0 {
 		t.Error("no target checks")
 	}
 	report := readFile(filepath.Join(out, "report.md"))
-	for _, want := range []string{"DESIGN.md §6 targets", "## 1. Added latency", "## 7. Memory and scale", ".png)"} {
+	for _, want := range []string{"## Targets", "## 1. Added latency", "## 7. Memory and scale", ".png)"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report.md lacks %q", want)
 		}
@@ -100,7 +102,7 @@ func TestQuickRunProducesReport(t *testing.T) {
 // TestBuildFlagsMatchMakefile keeps the harness's build of bin/tollgate in
 // step with `make build`.
 func TestBuildFlagsMatchMakefile(t *testing.T) {
-	mk := readFile(filepath.Join(envtestutil.RepoRoot(), "Makefile"))
+	mk := readFile(filepath.Join(kubeapi.RepoRoot(), "Makefile"))
 	m := regexp.MustCompile(`(?m)^GO_BUILD_FLAGS := (.*)$`).FindStringSubmatch(mk)
 	if m == nil {
 		t.Fatal("no GO_BUILD_FLAGS in the Makefile")

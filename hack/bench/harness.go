@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,7 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
+	"github.com/tollgate-dev/tollgate/internal/procs"
+	"github.com/tollgate-dev/tollgate/internal/procs/kubeapi"
 )
 
 // buildFlags are `make build`'s (GO_BUILD_FLAGS, CGO_ENABLED=0); a test
@@ -35,12 +35,12 @@ type harness struct {
 	res      *Results
 	started  time.Time
 	kube     *kubeEnv // started on first use
-	stopEcho func()
+	echo     *procs.Echo
 	plots    []string
 }
 
 func newHarness(ctx context.Context, cfg config) (*harness, error) {
-	h := &harness{cfg: cfg, plan: newPlan(cfg.quick), started: time.Now(), repo: envtestutil.RepoRoot()}
+	h := &harness{cfg: cfg, plan: newPlan(cfg.quick), started: time.Now(), repo: kubeapi.RepoRoot()}
 	out, err := filepath.Abs(cfg.out)
 	if err != nil {
 		return nil, err
@@ -57,9 +57,10 @@ func newHarness(ctx context.Context, cfg config) (*harness, error) {
 		return nil, err
 	}
 	h.client = newLoadClient()
-	if h.upstream, h.stopEcho, err = startEcho(); err != nil {
+	if h.echo, err = procs.StartEcho(); err != nil {
 		return nil, err
 	}
+	h.upstream = h.echo.URL
 	return h, nil
 }
 
@@ -117,8 +118,8 @@ func (h *harness) close() {
 		h.kube.stop()
 	}
 	killAll()
-	if h.stopEcho != nil {
-		h.stopEcho()
+	if h.echo != nil {
+		h.echo.Close()
 	}
 }
 
@@ -131,25 +132,6 @@ func (h *harness) logf(format string, args ...any) {
 
 func (h *harness) section(name string) {
 	fmt.Fprintf(os.Stderr, "[%6.1fs] ── %s ──\n", time.Since(h.started).Seconds(), name)
-}
-
-// startEcho serves the upstream: a tiny fixed answer to any request.
-func startEcho() (string, func(), error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	body := []byte("ok\n")
-	srv := &http.Server{
-		ReadHeaderTimeout: 5 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "text/plain")
-			_, _ = w.Write(body)
-		}),
-	}
-	go func() { _ = srv.Serve(ln) }()
-	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
 }
 
 // cleanups run at exit, also on a second Ctrl-C (envtest's processes).

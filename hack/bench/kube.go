@@ -17,7 +17,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
-	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
+	"github.com/tollgate-dev/tollgate/internal/procs/kubeapi"
 )
 
 // kubeEnv is a real kube-apiserver and etcd (envtest) with tollgate's CRD.
@@ -36,11 +36,11 @@ func (h *harness) kubeEnv(ctx context.Context) (*kubeEnv, error) {
 	}
 	h.logf("starting kube-apiserver and etcd (envtest; the first run on a machine builds them, which takes long)")
 	ctrllog.SetLogger(logr.Discard())
-	assets, err := envtestutil.Assets()
+	assets, err := kubeapi.Assets()
 	if err != nil {
 		return nil, err
 	}
-	env, err := envtestutil.NewEnvironment()
+	env, err := kubeapi.NewEnvironment()
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +58,7 @@ func (h *harness) kubeEnv(ctx context.Context) (*kubeEnv, error) {
 	if k.client, err = client.New(cfg, client.Options{Scheme: sch}); err != nil {
 		return nil, err
 	}
-	if k.kubeconfig, err = envtestutil.WriteKubeconfig(env, h.logDir); err != nil {
+	if k.kubeconfig, err = kubeapi.WriteKubeconfig(env, h.logDir); err != nil {
 		return nil, err
 	}
 	return k, ctx.Err()

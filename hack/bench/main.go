@@ -24,8 +24,30 @@ import (
 	"time"
 )
 
-// scenarioNames in the order they run.
-var scenarioNames = []string{"latency", "throughput", "redis-cost", "accuracy", "outage", "propagation", "scale"}
+// scenarios in the order they run: the name -scenarios takes and the
+// function that runs it.
+var scenarios = []struct {
+	name string
+	run  func(*harness, context.Context) error
+}{
+	{"latency", (*harness).scenarioLatency},
+	{"throughput", (*harness).scenarioThroughput},
+	{"redis-cost", (*harness).scenarioRedisCost},
+	{"accuracy", (*harness).scenarioAccuracy},
+	{"outage", (*harness).scenarioOutage},
+	{"propagation", (*harness).scenarioPropagation},
+	{"scale", (*harness).scenarioScale},
+	{"rls", (*harness).scenarioRLS},
+}
+
+// scenarioNames are the names of scenarios, in order.
+var scenarioNames = func() []string {
+	var names []string
+	for _, s := range scenarios {
+		names = append(names, s.name)
+	}
+	return names
+}()
 
 // config is what the flags set.
 type config struct {
@@ -162,21 +184,10 @@ func run(ctx context.Context, cfg config) (err error) {
 }
 
 func (h *harness) runScenario(ctx context.Context, name string) error {
-	switch name {
-	case "latency":
-		return h.scenarioLatency(ctx)
-	case "throughput":
-		return h.scenarioThroughput(ctx)
-	case "redis-cost":
-		return h.scenarioRedisCost(ctx)
-	case "accuracy":
-		return h.scenarioAccuracy(ctx)
-	case "outage":
-		return h.scenarioOutage(ctx)
-	case "propagation":
-		return h.scenarioPropagation(ctx)
-	case "scale":
-		return h.scenarioScale(ctx)
+	for _, s := range scenarios {
+		if s.name == name {
+			return s.run(h, ctx)
+		}
 	}
 	return fmt.Errorf("unknown scenario %q", name)
 }

@@ -43,6 +43,10 @@ type plan struct {
 	RedisBuckets  int    `json:"redisBuckets"`
 	SnapshotRules int    `json:"snapshotRules"`
 	PublishBench  string `json:"publishBench"`
+
+	// 8. Envoy rate limit service: closed-loop callers, measured time.
+	RLSStreams int           `json:"rlsStreams"`
+	RLSDur     time.Duration `json:"rlsDurationNs"`
 }
 
 func newPlan(quick bool) plan {
@@ -76,6 +80,9 @@ func newPlan(quick bool) plan {
 		RedisBuckets:  100_000,
 		SnapshotRules: 100_000,
 		PublishBench:  "Publish/rules=100000/cold",
+
+		RLSStreams: 50,
+		RLSDur:     20 * time.Second,
 	}
 	if quick {
 		// Quick mode checks the harness, not the machine: low rates, so
@@ -97,6 +104,8 @@ func newPlan(quick bool) plan {
 		p.RedisBuckets = 10_000
 		p.SnapshotRules = 10_000
 		p.PublishBench = "Publish/rules=20000/cold"
+		p.RLSStreams = 4
+		p.RLSDur = time.Second
 	}
 	return p
 }

@@ -31,9 +31,27 @@ type proc struct {
 
 var registry = struct {
 	sync.Mutex
-	procs map[*proc]bool
-	pids  []int // every process ever started, for the test
-}{procs: map[*proc]bool{}}
+	procs  map[*proc]bool
+	others map[killer]bool // processes started by package procs
+	pids   []int           // every process ever started, for the test
+}{procs: map[*proc]bool{}, others: map[killer]bool{}}
+
+// killer is a process started by package procs (a redis-server).
+type killer interface {
+	Pid() int
+	Kill()
+}
+
+// track registers a process started by package procs, so that killAll ends
+// it; call it again after a restart, for the new process id.
+func track(k killer) {
+	registry.Lock()
+	defer registry.Unlock()
+	registry.others[k] = true
+	if pid := k.Pid(); pid != 0 {
+		registry.pids = append(registry.pids, pid)
+	}
+}
 
 // startProc starts bin with args, its output going to logPath.
 func startProc(name, logPath, bin string, args ...string) (*proc, error) {
@@ -112,10 +130,14 @@ func (p *proc) exitError() error {
 // once and from the signal handler's goroutine.
 func killAll() {
 	registry.Lock()
-	var ps []*proc
+	var ps []killer
 	for p := range registry.procs {
 		ps = append(ps, p)
 	}
+	for k := range registry.others {
+		ps = append(ps, k)
+	}
+	registry.others = map[killer]bool{}
 	registry.Unlock()
 	for _, p := range ps {
 		p.Kill()

@@ -3,81 +3,46 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/tollgate-dev/tollgate/internal/procs"
 )
 
 // redisServer is a redis-server process on a loopback port, without
-// persistence: a restart starts empty.
+// persistence: a restart starts empty. killAll ends it too.
 type redisServer struct {
-	h    *harness
-	name string
-	port int
-	proc *proc
+	*procs.Redis
 }
 
-// startRedis starts a redis-server on a free port.
-func (h *harness) startRedis(ctx context.Context, name string) (*redisServer, error) {
-	port, err := freePort()
+// startRedis starts a redis-server on a free port, its log in the log
+// directory under name.
+func (h *harness) startRedis(_ context.Context, name string) (*redisServer, error) {
+	r, err := procs.StartRedis(procs.RedisConfig{Dir: h.logDir, Log: name + ".log", Args: []string{"--protected-mode", "no"}})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	r := &redisServer{h: h, name: name, port: port}
-	return r, r.start(ctx)
+	rs := &redisServer{r}
+	track(rs)
+	return rs, nil
 }
-
-func (r *redisServer) start(ctx context.Context) error {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return fmt.Errorf("redis-server is not installed (hack/install-deps.sh installs it): %w", err)
-	}
-	log := filepath.Join(r.h.logDir, r.name+".log")
-	p, err := startProc(r.name, log, bin,
-		"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", r.h.logDir, "--protected-mode", "no")
-	if err != nil {
-		return err
-	}
-	r.proc = p
-	c := r.client()
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if err := c.Ping(ctx).Err(); err == nil {
-			return nil
-		}
-		if p.Exited() {
-			return p.exitError()
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			p.Kill()
-			return fmt.Errorf("%s did not answer PING within 10s; log:\n%s", r.name, tail(log, 10))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// Addr is host:port.
-func (r *redisServer) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port)) }
 
 // Kill sends SIGKILL and waits for the process to end.
 func (r *redisServer) Kill() {
-	if r != nil && r.proc != nil {
-		r.proc.Kill()
+	if r != nil && r.Redis != nil {
+		r.Redis.Kill()
 	}
 }
 
 // Restart starts a new, empty server on the same port.
-func (r *redisServer) Restart(ctx context.Context) error {
-	r.Kill()
-	return r.start(ctx)
+func (r *redisServer) Restart(context.Context) error {
+	err := r.Redis.Restart()
+	track(r)
+	return err
 }
 
 // client is a go-redis client for the harness's own use (not for limiter

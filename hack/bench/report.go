@@ -96,7 +96,9 @@ func (h *harness) markdown() string {
 		}
 		m.p("")
 	}
-	m.p("## DESIGN.md §6 targets")
+	m.p("## Targets")
+	m.p("")
+	m.p("The targets are written in hack/bench/targets.go (the table `targets`); BENCHMARKS.md shows the last full run against them.")
 	m.p("")
 	var rows [][]string
 	for _, t := range r.Targets {
@@ -120,6 +122,7 @@ func (h *harness) markdown() string {
 	h.mdOutage(&m)
 	h.mdPropagation(&m)
 	h.mdScale(&m)
+	h.mdRLS(&m)
 	return m.String()
 }
 
@@ -358,4 +361,23 @@ func loadSummary(l map[string][2]float64) string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
+}
+
+func (h *harness) mdRLS(m *md) {
+	r := h.res.RLS
+	if r == nil {
+		return
+	}
+	m.p("## 8. Envoy rate limit service (baseline: classic)")
+	m.p("")
+	m.p("%d callers, each a closed loop of unary `ShouldRateLimit` calls over one shared HTTP/2 connection (as Envoy sends them), for %s after %s of warm-up; one descriptor per call, tenants from the mix (%s). Rule: %s. Reference: Envoy's Go ratelimit service, ~%d decisions/s at ~%d µs CPU per decision (%.0f decisions per CPU-second) and %d Redis commands per decision; the target is at least 2× its decisions per CPU-second.",
+		r.Streams, h.plan.RLSDur, h.plan.Warmup, r.Mix, r.Rule, refRLSDecisionsPerSecond, refRLSCPUMicrosPerDec, 1e6/refRLSCPUMicrosPerDec, refRLSRedisPerDecision)
+	m.p("")
+	var rows [][]string
+	for _, x := range r.Modes {
+		rows = append(rows, []string{x.Mode, fmt.Sprintf("%.0f", x.PerSecond), fmt.Sprint(x.Failed), f3(x.P50), f3(x.P99),
+			f1(x.CPUPerDecision), fmt.Sprintf("%.0f", x.PerCPUSecond), xr(x.VsReference),
+			fmt.Sprintf("%.4f", x.ScriptCallsPerDec), fmt.Sprintf("%.4f", x.RoundTripsPerDec), f1(x.RedisCPUPerDecision)})
+	}
+	m.table([]string{"mode", "decisions/s", "failed calls", "p50 ms", "p99 ms", "gateway CPU µs/decision", "decisions per CPU-second", "vs reference", "script calls/decision", "round trips/decision", "redis-server CPU µs/decision"}, rows)
 }

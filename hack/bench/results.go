@@ -19,6 +19,7 @@ type Results struct {
 	Outage      *OutageResult      `json:"outage,omitempty"`
 	Propagation *PropagationResult `json:"propagation,omitempty"`
 	Scale       *ScaleResult       `json:"scale,omitempty"`
+	RLS         *RLSResult         `json:"rls,omitempty"`
 	Targets     []TargetCheck      `json:"targets"`
 	Errors      map[string]string  `json:"errors,omitempty"`
 }
@@ -60,7 +61,7 @@ func newResults(cfg config, p plan) *Results {
 	}
 }
 
-// TargetCheck is one DESIGN.md §6 target and what this run measured.
+// TargetCheck is one target (see targets.go) and what this run measured.
 type TargetCheck struct {
 	What     string `json:"what"`
 	Target   string `json:"target"`
@@ -276,4 +277,28 @@ func redisVersion() string {
 		}
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// RLSResult is the rls scenario's: the Envoy rate limit service.
+type RLSResult struct {
+	Streams int      `json:"streams"`
+	Mix     string   `json:"mix"`
+	Rule    string   `json:"rule"`
+	Modes   []RLSRun `json:"modes"`
+}
+
+// RLSRun is one limiter mode's run of the rls scenario.
+type RLSRun struct {
+	Mode                string  `json:"mode"`
+	Calls               int64   `json:"calls"`
+	Failed              int64   `json:"failed"`
+	PerSecond           float64 `json:"decisionsPerSecond"`
+	P50                 float64 `json:"p50Ms"`
+	P99                 float64 `json:"p99Ms"`
+	CPUPerDecision      float64 `json:"cpuMicrosPerDecision"`
+	PerCPUSecond        float64 `json:"decisionsPerCPUSecond"`
+	VsReference         float64 `json:"vsReference"` // decisions per CPU-second over Envoy's ratelimit service's
+	ScriptCallsPerDec   float64 `json:"scriptCallsPerDecision"`
+	RoundTripsPerDec    float64 `json:"roundTripsPerDecision"`
+	RedisCPUPerDecision float64 `json:"redisCpuMicrosPerDecision"`
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // scenarioRedisCost (3): Redis round trips and script calls per decision
@@ -44,43 +46,8 @@ func (h *harness) redisCost(ctx context.Context, m limiterMode, mix tenantMix) (
 	}
 	rc := rs.client()
 	defer rc.Close()
-	redisPid := rs.proc.Pid()
 	measure := func(mx tenantMix, rate int) (*RedisCostRun, error) {
-		if err := sleep(ctx, 300*time.Millisecond); err != nil { // let prefetched tokens expire
-			return nil, err
-		}
-		if err := rc.ConfigResetStat(ctx).Err(); err != nil {
-			return nil, err
-		}
-		c0, err := gw.counters(ctx)
-		if err != nil {
-			return nil, err
-		}
-		rcpu0, _ := cpuTime(redisPid)
-		r, err := h.load(ctx, loadSpec{name: m.name, url: gw.url + "/bench", rate: rate, dur: h.plan.CostDur, mix: mx})
-		if err != nil {
-			return nil, err
-		}
-		c1, err := gw.counters(ctx)
-		if err != nil {
-			return nil, err
-		}
-		rcpu1, _ := cpuTime(redisPid)
-		calls, err := scriptCalls(ctx, rc)
-		if err != nil {
-			return nil, err
-		}
-		d := c1.sub(c0)
-		run := &RedisCostRun{
-			Rate: rate, Decisions: d.decisions, RoundTrips: d.roundTrips, Commands: d.commands, ServerScriptCalls: calls,
-			RoundTripsPerDec:    ratio4(d.roundTrips, d.decisions),
-			CommandsPerDec:      ratio4(d.commands, d.decisions),
-			ServerCallsPerDec:   ratio4(float64(calls), d.decisions),
-			CPUPerDecision:      cpuPer(d.cpu, d.decisions),
-			RedisCPUPerDecision: cpuPer(rcpu1-rcpu0, d.decisions),
-			P99:                 r.P99, Codes: r.Codes,
-		}
-		return run, nil
+		return h.redisCostRun(ctx, gw, rc, rs.Pid(), loadSpec{name: m.name, url: gw.url + "/bench", rate: rate, dur: h.plan.CostDur, mix: mx})
 	}
 	rm := &RedisCostMode{Mode: m.name}
 	if rm.Mix, err = measure(mix, h.plan.CostRate); err != nil {
@@ -98,6 +65,46 @@ func (h *harness) redisCost(ctx context.Context, m limiterMode, mix tenantMix) (
 			m.name, x.what, x.r.Rate, x.r.RoundTripsPerDec, x.r.CommandsPerDec, x.r.ServerCallsPerDec, x.r.CPUPerDecision, x.r.RedisCPUPerDecision)
 	}
 	return rm, nil
+}
+
+// redisCostRun measures one load on gw: round trips, script calls and CPU
+// per decision, on the gateway's counters and Redis's INFO commandstats.
+func (h *harness) redisCostRun(ctx context.Context, gw *gatewayProc, rc *redis.Client, redisPid int, spec loadSpec) (*RedisCostRun, error) {
+	if err := sleep(ctx, 300*time.Millisecond); err != nil { // let prefetched tokens expire
+		return nil, err
+	}
+	if err := rc.ConfigResetStat(ctx).Err(); err != nil {
+		return nil, err
+	}
+	c0, err := gw.counters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rcpu0, _ := cpuTime(redisPid)
+	r, err := h.load(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	c1, err := gw.counters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rcpu1, _ := cpuTime(redisPid)
+	calls, err := scriptCalls(ctx, rc)
+	if err != nil {
+		return nil, err
+	}
+	d := c1.sub(c0)
+	run := &RedisCostRun{
+		Rate: spec.rate, Decisions: d.decisions, RoundTrips: d.roundTrips, Commands: d.commands, ServerScriptCalls: calls,
+		RoundTripsPerDec:    ratio4(d.roundTrips, d.decisions),
+		CommandsPerDec:      ratio4(d.commands, d.decisions),
+		ServerCallsPerDec:   ratio4(float64(calls), d.decisions),
+		CPUPerDecision:      cpuPer(d.cpu, d.decisions),
+		RedisCPUPerDecision: cpuPer(rcpu1-rcpu0, d.decisions),
+		P99:                 r.P99, Codes: r.Codes,
+	}
+	return run, nil
 }
 
 func ratio4(a, b float64) float64 {

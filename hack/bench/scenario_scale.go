@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
-	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
+	"github.com/tollgate-dev/tollgate/internal/procs/kubeapi"
 	"github.com/tollgate-dev/tollgate/lua"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
@@ -198,7 +198,7 @@ func (h *harness) publishBench(ctx context.Context, res *ScaleResult) error {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = h.repo
 	cmd.Env = os.Environ()
-	if dir, err := envtestutil.Assets(); err == nil {
+	if dir, err := kubeapi.Assets(); err == nil {
 		cmd.Env = append(cmd.Env, "KUBEBUILDER_ASSETS="+dir)
 	}
 	var out bytes.Buffer

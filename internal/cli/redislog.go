@@ -8,7 +8,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-dev/tollgate/internal/ratelog"
+	"github.com/tollgate-dev/tollgate/internal/lib/ratelog"
 )
 
 // redisLogger routes go-redis's own messages (dial failures and the like)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/config/samples"
 	"github.com/tollgate-dev/tollgate/dataplane/gateway"
+	"github.com/tollgate-dev/tollgate/internal/procs"
 )
 
 // Options configure the demo.
@@ -46,7 +46,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 type demo struct {
 	opts     Options
 	dir      string
-	redis    *exec.Cmd
+	redis    *procs.Redis
+	echo     *procs.Echo
 	gw       *gateway.Gateway
 	url      string
 	rulesDir string
@@ -82,10 +83,10 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	upstream, err := startUpstream(ctx)
-	if err != nil {
+	if d.echo, err = procs.StartEcho(); err != nil {
 		return err
 	}
+	upstream := d.echo.URL
 	d.printf("  upstream   echo server at %s\n", upstream)
 	if err := d.startGateway(ctx, redisAddr, upstream); err != nil {
 		return err
@@ -117,27 +118,18 @@ func (d *demo) startRedis(ctx context.Context) (string, error) {
 		d.printf("  redis      using %s\n", d.opts.RedisAddr)
 		return d.opts.RedisAddr, nil
 	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
+	if _, err := exec.LookPath("redis-server"); err != nil {
 		d.printf("  redis      redis-server is not installed (hack/install-deps.sh installs it);\n" +
 			"             the demo runs on the in-process limiter instead\n")
 		return "", nil
 	}
-	addr, err := freeAddr()
+	r, err := procs.StartRedis(procs.RedisConfig{Dir: d.dir})
 	if err != nil {
 		return "", err
 	}
-	_, port, _ := net.SplitHostPort(addr)
-	d.redis = exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", d.dir)
-	d.redis.Stdout, d.redis.Stderr = io.Discard, io.Discard
-	if err := d.redis.Start(); err != nil {
-		return "", fmt.Errorf("starting redis-server: %w", err)
-	}
-	if err := ping(ctx, addr, 10*time.Second); err != nil {
-		return "", fmt.Errorf("redis-server did not start: %w", err)
-	}
-	d.printf("  redis      redis-server started at %s for the demo\n", addr)
-	return addr, nil
+	d.redis = r
+	d.printf("  redis      redis-server started at %s for the demo\n", r.Addr())
+	return r.Addr(), nil
 }
 
 func ping(ctx context.Context, addr string, within time.Duration) error {
@@ -151,29 +143,6 @@ func ping(ctx context.Context, addr string, within time.Duration) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-// startUpstream serves an echo upstream until ctx ends.
-func startUpstream(ctx context.Context) (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "upstream saw %s %s\n", r.Method, r.URL.Path)
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	go func() { <-ctx.Done(); _ = srv.Close() }()
-	return "http://" + ln.Addr().String(), nil
 }
 
 const routesYAML = `routes:
@@ -378,8 +347,7 @@ func (d *demo) seedCheck() error {
 // redisOutage kills Redis and shows the gateway still limiting.
 func (d *demo) redisOutage() error {
 	d.printf("3. Redis dies (SIGKILL) while traffic continues\n\n")
-	_ = d.redis.Process.Kill()
-	_ = d.redis.Wait()
+	d.redis.Kill()
 	d.redis = nil
 	codes := map[int]int{}
 	for range 30 {
@@ -412,9 +380,11 @@ func (d *demo) cleanup() {
 	if d.gwDone != nil {
 		<-d.gwDone
 	}
-	if d.redis != nil && d.redis.Process != nil {
-		_ = d.redis.Process.Kill()
-		_ = d.redis.Wait()
+	if d.redis != nil {
+		d.redis.Kill()
+	}
+	if d.echo != nil {
+		d.echo.Close()
 	}
 	_ = os.RemoveAll(d.dir)
 }

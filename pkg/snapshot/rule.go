@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/internal/lib/clip"
 )
 
 // Rule is one compiled limit. Field names are short because 100,000 of them
@@ -81,6 +82,25 @@ func (r *Rule) Share(region string) (int32, bool) {
 	return 0, false
 }
 
+// RegionCapacity is the capacity region enforces: the rule's, or its share
+// of it when the rule is split between regions and lists region.
+func (r *Rule) RegionCapacity(region string) float64 {
+	if pct, ok := r.Share(region); ok {
+		return float64(r.Capacity) * float64(pct) / 100
+	}
+	return float64(r.Capacity)
+}
+
+// RegionRefill is the refill region enforces, as RefillTokens per
+// RefillPeriodMs are: the rule's, or its share of it (tokens×percent per
+// period×100, exact) when the rule is split and lists region.
+func (r *Rule) RegionRefill(region string) (tokens, periodMs int64) {
+	if pct, ok := r.Share(region); ok {
+		return r.RefillTokens * int64(pct), r.RefillPeriodMs * 100
+	}
+	return r.RefillTokens, r.RefillPeriodMs
+}
+
 // FailureMode is the compiled spec.failureMode.
 type FailureMode uint8
 
@@ -118,9 +138,9 @@ const (
 func (r *Rule) Validate() error {
 	switch {
 	case !v1alpha1.ValidSelector(r.Tenant):
-		return fmt.Errorf("tenant %q is not a valid id or %q", clip(r.Tenant), v1alpha1.Wildcard)
+		return fmt.Errorf("tenant %q is not a valid id or %q", clip.String(r.Tenant), v1alpha1.Wildcard)
 	case !v1alpha1.ValidSelector(r.Route):
-		return fmt.Errorf("route %q is not a valid id or %q", clip(r.Route), v1alpha1.Wildcard)
+		return fmt.Errorf("route %q is not a valid id or %q", clip.String(r.Route), v1alpha1.Wildcard)
 	case r.Capacity < 1 || r.Capacity > MaxCapacity:
 		return fmt.Errorf("rule %s/%s: capacity %d out of range [1, %d]", r.Tenant, r.Route, r.Capacity, MaxCapacity)
 	case r.RefillTokens < 1 || r.RefillTokens > MaxRefillTokens:
@@ -157,14 +177,14 @@ func (r *Rule) validateHotKey() error {
 	seen := map[string]bool{}
 	for _, g := range r.Regions {
 		if !ValidRegion(g.Name) || seen[g.Name] || g.Percent < 1 || g.Percent > 100 {
-			return fmt.Errorf("rule %s/%s: region %q with %d%% is invalid or listed twice", r.Tenant, r.Route, clip(g.Name), g.Percent)
+			return fmt.Errorf("rule %s/%s: region %q with %d%% is invalid or listed twice", r.Tenant, r.Route, clip.String(g.Name), g.Percent)
 		}
 		seen[g.Name] = true
 		sum += g.Percent
 		// A share below one token per shard could never admit a request.
 		if r.Capacity*int64(g.Percent) < 100*int64(max(1, r.Shards)) {
 			return fmt.Errorf("rule %s/%s: region %q gets %d%% of capacity %d, less than one token per shard (%d shards)",
-				r.Tenant, r.Route, clip(g.Name), g.Percent, r.Capacity, max(1, r.Shards))
+				r.Tenant, r.Route, clip.String(g.Name), g.Percent, r.Capacity, max(1, r.Shards))
 		}
 	}
 	if sum != 100 {
@@ -253,13 +273,4 @@ func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 		return Rule{}, fmt.Errorf("%s: %w", source, err)
 	}
 	return r, nil
-}
-
-// clip shortens untrusted text before it goes into an error message.
-func clip(s string) string {
-	const max = 80
-	if len(s) > max {
-		return s[:max] + "..."
-	}
-	return s
 }

@@ -394,3 +394,30 @@ func TestPartitionSpreadsOneTenant(t *testing.T) {
 		}
 	}
 }
+
+func TestRegionShares(t *testing.T) {
+	r := Rule{Capacity: 300, RefillTokens: 30, RefillPeriodMs: 60_000,
+		Regions: []RegionShare{{Name: "eu", Percent: 25}, {Name: "us", Percent: 75}}}
+	for _, c := range []struct {
+		region      string
+		capacity    float64
+		tokens, per int64
+		rate        float64
+	}{
+		{"eu", 75, 750, 6_000_000, 0.125},
+		{"us", 225, 2250, 6_000_000, 0.375},
+		{"", 300, 30, 60_000, 0.5},   // no region: the whole rule
+		{"ap", 300, 30, 60_000, 0.5}, // not listed: the whole rule
+	} {
+		if got := r.RegionCapacity(c.region); got != c.capacity {
+			t.Errorf("RegionCapacity(%q) = %v, want %v", c.region, got, c.capacity)
+		}
+		tokens, per := r.RegionRefill(c.region)
+		if tokens != c.tokens || per != c.per {
+			t.Errorf("RegionRefill(%q) = %d per %d ms, want %d per %d ms", c.region, tokens, per, c.tokens, c.per)
+		}
+		if got := float64(tokens) * 1000 / float64(per); got != c.rate {
+			t.Errorf("RegionRefill(%q) rate = %v/s, want %v/s", c.region, got, c.rate)
+		}
+	}
+}
