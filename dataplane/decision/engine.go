@@ -77,15 +77,12 @@ func (e *Engine) Decide(ctx context.Context, tenant, route string, cost int64) (
 // or its region's share under a key of its own.
 func (e *Engine) bucket(tenant, route string, rule *snapshot.Rule) (limiter.Bucket, string) {
 	b := limiter.BucketFor(tenant, route, rule)
-	pct, ok := rule.Share(e.opts.Region)
-	if !ok {
+	if _, ok := rule.Share(e.opts.Region); !ok {
 		return b, ""
 	}
 	b.Key = limiter.RegionKey(tenant, route, e.opts.Region)
-	b.Capacity = b.Capacity * float64(pct) / 100
-	// rate x pct/100, kept as an exact fraction.
-	b.RefillTokens *= int64(pct)
-	b.RefillPeriodMs *= 100
+	b.Capacity = rule.RegionCapacity(e.opts.Region)
+	b.RefillTokens, b.RefillPeriodMs = rule.RegionRefill(e.opts.Region)
 	return b, e.opts.Region
 }
 
@@ -143,7 +140,8 @@ func (e *Engine) batch(rule *snapshot.Rule, b limiter.Bucket) int64 {
 			limit = snapshot.DefaultAutoBatch
 		}
 		n := float64(max(1, e.opts.Replicas()))
-		batch := int64(math.Floor(budget / 100 * max(b.Capacity, b.PerSecond()) / n))
+		perSecond := float64(b.RefillTokens) * 1000 / float64(b.RefillPeriodMs)
+		batch := int64(math.Floor(budget / 100 * max(b.Capacity, perSecond) / n))
 		if batch < 2 {
 			return 0 // small limits stay exact
 		}

@@ -88,11 +88,6 @@ func BucketFor(tenant, route string, rule *snapshot.Rule) Bucket {
 	}
 }
 
-// PerSecond is the bucket's refill rate in tokens per second.
-func (b *Bucket) PerSecond() float64 {
-	return float64(b.RefillTokens) * 1000 / float64(b.RefillPeriodMs)
-}
-
 // Source says who made a decision.
 type Source uint8
 
