@@ -81,6 +81,18 @@ var _ = Describe("The gateway's permissions (config/rbac)", Ordered, func() {
 				AcquireTime: &now, RenewTime: &now},
 		}, metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())
+		// The API server applies a new admission policy once its informer
+		// has seen it: wait until a write it forbids is refused.
+		gw := kubernetes.NewForConfigOrDie(gatewayConfig("tollgate-gateway-probe"))
+		Eventually(func() bool {
+			l, err := gw.CoordinationV1().Leases(ns).Get(ctx, controllerLease, metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			l.Spec.HolderIdentity = ptr.To("controller-0_abc") // unchanged holder: harmless if let through
+			_, err = gw.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{})
+			return apierrors.IsForbidden(err)
+		}, 30*time.Second, 100*time.Millisecond).Should(BeTrue(), "the lease admission policy never took effect")
 	})
 
 	// forbidden asserts that err is a 403 from the API server.
