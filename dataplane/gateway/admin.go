@@ -10,6 +10,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tollgate-dev/tollgate/dataplane/rls"
+	"github.com/tollgate-dev/tollgate/internal/lib/ticker"
 )
 
 // The admin listener (metrics, probes, pprof) and the gRPC health status.
@@ -17,16 +18,7 @@ import (
 // followHealth keeps the gRPC health status in step with Ready until ctx
 // ends.
 func (g *Gateway) followHealth(ctx context.Context) {
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			g.setHealth()
-		}
-	}
+	ticker.Every(ctx, 250*time.Millisecond, g.setHealth)
 }
 
 // setHealth reports SERVING for the whole server ("") and the rate limit

@@ -30,8 +30,8 @@ import (
 //     whose client went away is not a failure of Redis and does not count.
 //   - While it is not closed, Take fails at once with ErrOpen: no request
 //     waits for Redis. Requests never probe.
-//   - Run probes Redis itself (PING, not a cached answer) every OpenFor/2
-//     once OpenFor has passed; a PING answered within ProbeTimeout closes
+//   - probe (run by Breakers.Run every OpenFor/2) checks Redis itself
+//     (PING, not a cached answer) once OpenFor has passed; a PING answered within ProbeTimeout closes
 //     the breaker, a failed one keeps it open for another OpenFor. So while
 //     Redis stays down it stays open, without flapping.
 type Breaker struct {
@@ -209,22 +209,6 @@ func (br *Breaker) classify(ctx context.Context, err error) error {
 	br.gone.Store(redisGone(err))
 	br.lastErr.Store(errBox{err})
 	return err
-}
-
-// Run probes Redis in the background while the breaker is not closed, so
-// that it closes when Redis is back even if no request arrives. It returns
-// when ctx ends.
-func (br *Breaker) Run(ctx context.Context) {
-	tick := time.NewTicker(max(br.opts.OpenFor/2, 10*time.Millisecond))
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		br.probe(ctx)
-	}
 }
 
 // probe sends one PING when the breaker is due for a probe.

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/internal/lib/ticker"
 )
 
 // Breakers keeps one Breaker per Redis node: in a Cluster, a node that
@@ -87,16 +89,9 @@ func (bs *Breakers) each(f func(*Breaker)) {
 
 // Run probes every open node until ctx ends.
 func (bs *Breakers) Run(ctx context.Context) {
-	tick := time.NewTicker(max(bs.opts.OpenFor/2, 10*time.Millisecond))
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	ticker.Every(ctx, max(bs.opts.OpenFor/2, 10*time.Millisecond), func() {
 		bs.each(func(br *Breaker) { br.probe(ctx) })
-	}
+	})
 }
 
 // State is the worst state among the nodes: "open" when any node's breaker
