@@ -21,8 +21,9 @@ type Breakers struct {
 	cluster *redis.ClusterClient // nil: one server
 	single  Pinger
 
+	// nodes maps a node's address to its *Breaker; mu serializes creation.
 	mu    sync.Mutex
-	nodes map[string]*Breaker
+	nodes sync.Map
 	// state is the aggregate state last reported to OnStateChange; reportMu
 	// serializes the reports.
 	state    string
@@ -32,7 +33,7 @@ type Breakers struct {
 // NewBreakers wraps next (the Batcher) with per-node breakers. pinger
 // probes a single server; in a Cluster each node's own client is pinged.
 func NewBreakers(next Taker, client BatchClient, pinger Pinger, opts BreakerOptions) *Breakers {
-	bs := &Breakers{next: next, opts: opts, single: pinger, nodes: map[string]*Breaker{}, state: "closed"}
+	bs := &Breakers{next: next, opts: opts, single: pinger, state: "closed"}
 	if c, ok := client.(*redis.ClusterClient); ok {
 		bs.cluster = c
 	}
@@ -47,16 +48,19 @@ func (bs *Breakers) forKey(ctx context.Context, key string) (*Breaker, string) {
 			node, pinger = c.Options().Addr, clientPinger{c}
 		}
 	}
+	if br, ok := bs.nodes.Load(node); ok {
+		return br.(*Breaker), node
+	}
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
-	br := bs.nodes[node]
-	if br == nil {
-		opts := bs.opts
-		opts.OnStateChange = func(string, string) { bs.report() }
-		br = NewBreaker(bs.next, pinger, opts)
-		br.node = node
-		bs.nodes[node] = br
+	if br, ok := bs.nodes.Load(node); ok {
+		return br.(*Breaker), node
 	}
+	opts := bs.opts
+	opts.OnStateChange = func(string, string) { bs.report() }
+	br := NewBreaker(bs.next, pinger, opts)
+	br.node = node
+	bs.nodes.Store(node, br)
 	return br, node
 }
 
@@ -76,15 +80,10 @@ func (bs *Breakers) TakeLate(ctx context.Context, b Bucket, cost, want int64, la
 
 // each calls f for every node's breaker.
 func (bs *Breakers) each(f func(*Breaker)) {
-	bs.mu.Lock()
-	all := make([]*Breaker, 0, len(bs.nodes))
-	for _, br := range bs.nodes {
-		all = append(all, br)
-	}
-	bs.mu.Unlock()
-	for _, br := range all {
-		f(br)
-	}
+	bs.nodes.Range(func(_, br any) bool {
+		f(br.(*Breaker))
+		return true
+	})
 }
 
 // Run probes every open node until ctx ends.
