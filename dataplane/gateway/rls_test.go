@@ -240,7 +240,7 @@ domains:
 	refused(t, c, &rlsv3.RateLimitRequest{Domain: "other", Descriptors: []*ratelimitv3.RateLimitDescriptor{tr("shop-a", "create-order")}},
 		`unknown domain "other"`)
 	refused(t, c, &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{tr("shop-a", "create-order")}},
-		"domain is empty")
+		"domain: empty")
 	refused(t, c, &rlsv3.RateLimitRequest{Domain: "internal", Descriptors: []*ratelimitv3.RateLimitDescriptor{entries("tenant", "shop-a")}},
 		`descriptors[0]: no "route" entry: it names the route in domain "internal", which has no defaultRoute`)
 	refused(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{tr("shop-a", "create-order")}},
@@ -294,6 +294,7 @@ func TestRLSRefusesMalformedRequests(t *testing.T) {
 		req  *rlsv3.RateLimitRequest
 		want string
 	}{
+		{"empty domain", &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{tr("good", "r")}}, "domain: empty"},
 		{"no descriptors", r(0), "no descriptors: a request needs at least one"},
 		{"too many descriptors", r(0, many...), "65 descriptors: at most 64 per request"},
 		{"too many entries", r(0, wide), "descriptors[0]: 33 entries: at most 32 per descriptor"},

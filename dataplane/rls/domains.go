@@ -145,14 +145,16 @@ func (ds *Domains) Len() int {
 // default one for every domain; otherwise the configured one, or an error
 // for an unknown domain.
 func (ds *Domains) lookup(name string) (*Domain, error) {
+	// Envoy always sends its configured domain; an empty one is a broken or
+	// hand-made client, refused like Envoy's reference service does.
+	if name == "" {
+		return nil, errors.New("domain: empty; every rate limit request must name its domain")
+	}
 	if ds.Len() == 0 {
 		return defaultDomain, nil
 	}
 	if d, ok := ds.byName[name]; ok {
 		return d, nil
-	}
-	if name == "" {
-		return nil, errors.New("domain is empty; this service only serves the domains of its --rls-domains file")
 	}
 	return nil, fmt.Errorf("unknown domain %q; this service only serves the domains of its --rls-domains file", clip.String(name))
 }

@@ -133,7 +133,8 @@ func TestMapRefusesMalformed(t *testing.T) {
 		r    *rlsv3.RateLimitRequest
 		want string
 	}{
-		{"nil request", nil, "no descriptors"},
+		{"nil request", nil, "domain: empty"},
+		{"empty domain", req("", 0, desc("tenant", "t", "route", "r")), "domain: empty"},
 		{"no descriptors", req("d", 0), "no descriptors"},
 		{"too many descriptors", req("d", 0, many...), "65 descriptors: at most 64"},
 		{"too many entries", req("d", 0, wide), "descriptors[0]: 33 entries: at most 32"},
