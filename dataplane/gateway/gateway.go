@@ -76,10 +76,7 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 	if err := g.buildChain(); err != nil {
 		return nil, err
 	}
-	var resolver identity.Resolver = identity.Direct{}
-	if g.keys != nil {
-		resolver = g.keys
-	}
+	resolver := g.resolver()
 	g.engine = decision.New(decision.Options{
 		Rules: g.store, Limiter: g.chain, Region: opts.Region, Replicas: g.members.Replicas,
 	})

@@ -135,6 +135,9 @@ func (e *env) options(redisAddr string) gateway.Options {
 	o.AddFlags(fs)
 	o.Listen, o.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
 	o.RoutesFile, o.RulesPath = e.routes, e.rules
+	// The tests send tenant ids as keys; identity_test.go covers the
+	// default (mapped) mode.
+	o.Identity = gateway.IdentityHeaderIsTenant
 	o.ReloadInterval = 20 * time.Millisecond
 	o.Redis = redisconf.Options{Addrs: []string{redisAddr}, Mode: redisconf.ModeStandalone, PoolSize: 64, DialTimeout: 10 * time.Second}
 	// Tests assert exact counts: a slow, shared test machine must not turn a

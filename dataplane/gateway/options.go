@@ -22,6 +22,18 @@ const (
 	LimiterLocal = "local"
 )
 
+// Identity modes of Options.Identity: how the proxy turns the X-Api-Key
+// header into a tenant id.
+const (
+	// IdentityMapped (the default) maps API keys to tenants with
+	// --api-keys-file; unknown keys get 401.
+	IdentityMapped = "mapped"
+	// IdentityHeaderIsTenant takes the X-Api-Key value as the tenant id,
+	// unchecked: any client can pick any tenant's bucket. Only for trusted
+	// networks behind a proxy that authenticates clients and sets the header.
+	IdentityHeaderIsTenant = "header-is-tenant"
+)
+
 // Options configure a gateway. AddFlags documents every field's flag.
 type Options struct {
 	Listen      string
@@ -34,6 +46,7 @@ type Options struct {
 	RoutesFile  string
 	RulesPath   string
 	APIKeysFile string
+	Identity    string
 	IETFHeaders bool
 
 	DefaultCapacity        int64
@@ -91,7 +104,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 			"Without it the gateway reads the controller's snapshot ConfigMaps from Kubernetes.")
 	fs.StringVar(&o.APIKeysFile, "api-keys-file", "",
 		"Map API keys to tenant ids (YAML: keys: [{tenant, sha256 | key}]), reloaded on change; unknown keys get 401. "+
-			"Default: the X-Api-Key value is the tenant id.")
+			"Required by --identity=mapped (the default) when the HTTP proxy runs.")
+	fs.StringVar(&o.Identity, "identity", IdentityMapped,
+		"How the proxy finds a request's tenant: mapped (the X-Api-Key value is looked up in --api-keys-file; unknown keys get 401) or "+
+			"header-is-tenant (the X-Api-Key value IS the tenant id, unchecked: any client can use or drain any tenant's bucket; "+
+			"only behind a proxy that authenticates clients and sets X-Api-Key itself; a warning is logged at start).")
 	fs.BoolVar(&o.IETFHeaders, "ietf-headers", false, "Also send the IETF RateLimit and RateLimit-Policy headers.")
 
 	fs.Int64Var(&o.DefaultCapacity, "default-capacity", 20, "Burst of the built-in rule used when no RateLimitRule matches.")
@@ -163,8 +180,32 @@ func (o *Options) Validate() error {
 	case o.Region != "" && !snapshot.ValidRegion(o.Region):
 		return fmt.Errorf("--region %q: 1 to 32 characters of a-z, 0-9 and '-'", o.Region)
 	}
+	if err := o.validateIdentity(); err != nil {
+		return err
+	}
 	if o.Limiter == LimiterRedis {
 		return o.Redis.Validate()
+	}
+	return nil
+}
+
+// validateIdentity checks --identity against --api-keys-file. The rate limit
+// service alone (no --routes) takes tenants from Envoy's descriptors and needs
+// no keys.
+func (o *Options) validateIdentity() error {
+	switch o.Identity {
+	case IdentityMapped:
+		if o.APIKeysFile == "" && o.RoutesFile != "" {
+			return fmt.Errorf("--api-keys-file is required: with --identity=mapped (the default) the proxy maps API keys to tenants " +
+				"and refuses unknown keys; on a trusted network behind an authenticating proxy, --identity=header-is-tenant " +
+				"takes the X-Api-Key value as the tenant id instead")
+		}
+	case IdentityHeaderIsTenant:
+		if o.APIKeysFile != "" {
+			return fmt.Errorf("--api-keys-file and --identity=header-is-tenant exclude each other: keys are mapped to tenants only with --identity=mapped")
+		}
+	default:
+		return fmt.Errorf("--identity %q: want %s or %s", o.Identity, IdentityMapped, IdentityHeaderIsTenant)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/spf13/pflag"
 
+	"github.com/tollgate-dev/tollgate/dataplane/gateway"
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 )
 
@@ -367,7 +368,7 @@ func TestAPIKeysNeverLogged(t *testing.T) {
 	var mu sync.Mutex
 	log := funcr.New(func(prefix, args string) { mu.Lock(); logs.WriteString(prefix + args + "\n"); mu.Unlock() }, funcr.Options{Verbosity: 10})
 	o := e.options(srv.Addr())
-	o.APIKeysFile = keys
+	o.APIKeysFile, o.Identity = keys, gateway.IdentityMapped
 	gw := start(t, o, log)
 
 	if res, body := send(t, "POST", gw.url+"/orders", secret); res.StatusCode != 200 || !strings.Contains(body, "POST /orders") {

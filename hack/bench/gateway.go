@@ -66,6 +66,8 @@ func (h *harness) startGateway(ctx context.Context, s gatewaySpec) (*gatewayProc
 		"--listen", fmt.Sprintf("127.0.0.1:%d", port),
 		"--admin-listen", fmt.Sprintf("127.0.0.1:%d", adminPort),
 		"--routes", routes,
+		// The load sends tenant ids as keys (as the earlier results did).
+		"--identity", "header-is-tenant",
 		"--log-format", "json", "--log-level", "info",
 		"--shutdown-grace", "1s",
 		"--pprof",

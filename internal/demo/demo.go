@@ -93,6 +93,9 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	d.printf("  gateway    %s  (rules: the %d manifests of config/samples/, reloaded on change)\n\n", d.url, d.gw.Rules().Current().Len())
 
+	if err := d.unknownKey(); err != nil {
+		return err
+	}
 	if err := d.burst(); err != nil {
 		return err
 	}
@@ -182,10 +185,21 @@ func (d *demo) startGateway(ctx context.Context, redisAddr, upstream string) err
 	if err := os.WriteFile(routes, []byte(fmt.Sprintf(routesYAML, upstream)), 0o644); err != nil {
 		return err
 	}
+	// Secure by default: each tenant's API key maps to the tenant in a key
+	// file, and keys not in it get 401.
+	var keyFile strings.Builder
+	keyFile.WriteString("keys:\n")
+	for _, tenant := range demoTenants {
+		fmt.Fprintf(&keyFile, "  - tenant: %s\n    key: %s\n", tenant, demoKey(tenant))
+	}
+	keys := filepath.Join(d.dir, "api-keys.yaml")
+	if err := os.WriteFile(keys, []byte(keyFile.String()), 0o600); err != nil {
+		return err
+	}
 	var o gateway.Options
 	o.AddFlags(pflag.NewFlagSet("demo", pflag.ContinueOnError))
 	o.Listen, o.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
-	o.RoutesFile, o.RulesPath = routes, d.rulesDir
+	o.RoutesFile, o.RulesPath, o.APIKeysFile = routes, d.rulesDir, keys
 	o.ReloadInterval = 100 * time.Millisecond
 	o.ShutdownGrace = 2 * time.Second
 	if redisAddr == "" {
@@ -223,12 +237,20 @@ type result struct {
 	remaining, retryAfter string
 }
 
-func (d *demo) send(method, path, key string) (result, error) {
+// demoTenants are the tenants of the demo's API key file.
+var demoTenants = []string{"shop-a", "shop-b", "shop-c", "shop-d"}
+
+// demoKey is tenant's API key in the demo.
+func demoKey(tenant string) string { return "demo-key-of-" + tenant }
+
+// send sends one request with tenant's API key ("" sends a key of no
+// tenant).
+func (d *demo) send(method, path, tenant string) (result, error) {
 	req, err := http.NewRequest(method, d.url+path, nil)
 	if err != nil {
 		return result{}, err
 	}
-	req.Header.Set("X-Api-Key", key)
+	req.Header.Set("X-Api-Key", demoKey(tenant))
 	res, err := d.client.Do(req)
 	if err != nil {
 		return result{}, err
@@ -236,6 +258,28 @@ func (d *demo) send(method, path, key string) (result, error) {
 	_, _ = io.Copy(io.Discard, res.Body)
 	res.Body.Close()
 	return result{res.StatusCode, res.Header.Get("X-RateLimit-Remaining"), res.Header.Get("Retry-After")}, nil
+}
+
+// unknownKey shows that a key outside the key file, such as a tenant's name,
+// gets 401.
+func (d *demo) unknownKey() error {
+	req, err := http.NewRequest("POST", d.url+"/orders", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-Api-Key", "shop-a")
+	res, err := d.client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	d.printf("0. API keys map to tenants (api-keys.yaml, one key per tenant); other keys are refused\n\n"+
+		"   POST /orders  X-Api-Key: shop-a  ->  %d  (a tenant's name is not its key)\n\n", res.StatusCode)
+	if res.StatusCode != http.StatusUnauthorized {
+		return fmt.Errorf("a key that is not in the key file answered %d, want 401", res.StatusCode)
+	}
+	return nil
 }
 
 // burst sends concurrent requests from several tenants and tabulates them.
@@ -331,7 +375,7 @@ func (d *demo) seedCheck() error {
 		if err != nil {
 			return err
 		}
-		line := fmt.Sprintf("   POST /orders  X-Api-Key: shop-a  ->  %d  X-RateLimit-Remaining: %s", r.status, r.remaining)
+		line := fmt.Sprintf("   POST /orders  X-Api-Key: %s  ->  %d  X-RateLimit-Remaining: %s", demoKey("shop-a"), r.status, r.remaining)
 		if r.retryAfter != "" {
 			line += "  Retry-After: " + r.retryAfter
 		}

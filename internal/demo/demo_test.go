@@ -19,6 +19,7 @@ func TestDemoRuns(t *testing.T) {
 	}
 	for _, want := range []string{
 		"redis-server started",
+		"X-Api-Key: shop-a  ->  401",
 		"->  200  X-RateLimit-Remaining: 1",
 		"->  200  X-RateLimit-Remaining: 0",
 		"->  429  X-RateLimit-Remaining: 0  Retry-After: 60",

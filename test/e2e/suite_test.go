@@ -264,6 +264,9 @@ func startGateway(name, routes string) *gatewayProc {
 	p := startProc(name, binary, "gateway", "--kubeconfig", kubeconfig, "--snapshot-namespace", namespace,
 		"--routes", routes, "--redis-addr", redisSrv.addr(), "--listen", listen, "--admin-listen", admin,
 		"--pod-name", name, "--lease-duration", "3s",
+		// The specs send tenant ids as keys; a real deployment maps keys
+		// with --api-keys-file.
+		"--identity", "header-is-tenant",
 		// A generous deadline: a shared test machine must not turn a slow
 		// Redis answer into a local decision where the spec counts exactly.
 		"--redis-timeout", "2s", "--breaker-open-for", "200ms")
