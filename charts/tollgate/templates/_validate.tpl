@@ -18,6 +18,9 @@ a crash-looping pod. Included once, from gateway-deployment.yaml.
 {{- if and (or $r.tls.caSecret $r.tls.serverName) (not $r.tls.enabled) }}
 {{- fail "redis.tls.caSecret and redis.tls.serverName need redis.tls.enabled: true" }}
 {{- end }}
+{{- if and (eq .Values.gateway.identity "header-is-tenant") .Values.gateway.apiKeys.existingSecret }}
+{{- fail "gateway.apiKeys.existingSecret needs gateway.identity: mapped (with header-is-tenant the X-Api-Key value is the tenant id and no key is looked up)" }}
+{{- end }}
 {{- $a := .Values.gateway.autoscaling }}
 {{- if $a.enabled }}
 {{- if gt (int $a.minReplicas) (int $a.maxReplicas) }}
