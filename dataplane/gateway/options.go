@@ -78,6 +78,8 @@ type Options struct {
 	ShutdownGrace     time.Duration
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
+	UpstreamTimeout   time.Duration
+	ClientBodyTimeout time.Duration
 
 	// Clock is the gateway's clock for local decisions; tests skew it.
 	// Default time.Now. Not a flag.
@@ -150,6 +152,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 15*time.Second, "On SIGTERM, time given to in-flight requests before the gateway exits.")
 	fs.DurationVar(&o.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "Time a client has to send request headers.")
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", 120*time.Second, "How long an idle client keep-alive connection stays open.")
+	fs.DurationVar(&o.UpstreamTimeout, "upstream-timeout", 30*time.Second,
+		"Time an upstream has to send its response headers, for routes without a timeout of their own; slower answers get 504. At most 10m.")
+	fs.DurationVar(&o.ClientBodyTimeout, "client-body-timeout", 60*time.Second,
+		"Time a client has to send its whole request body; a body still unfinished then gets 408 and the connection is closed.")
 }
 
 // Validate checks the options.
@@ -175,6 +181,12 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--lease-duration must be at least 1s")
 	case o.ReloadInterval <= 0 || o.ShutdownGrace < 0:
 		return fmt.Errorf("--reload-interval must be positive and --shutdown-grace not negative")
+	case o.ReadHeaderTimeout <= 0 || o.IdleTimeout <= 0:
+		return fmt.Errorf("--read-header-timeout and --idle-timeout must be positive")
+	case o.UpstreamTimeout <= 0 || o.UpstreamTimeout > 10*time.Minute:
+		return fmt.Errorf("--upstream-timeout must be in (0, 10m], got %v", o.UpstreamTimeout)
+	case o.ClientBodyTimeout <= 0:
+		return fmt.Errorf("--client-body-timeout must be positive, got %v", o.ClientBodyTimeout)
 	case o.Pipelines < 1:
 		return fmt.Errorf("--redis-pipelines must be at least 1")
 	case o.Region != "" && !snapshot.ValidRegion(o.Region):

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -35,6 +36,13 @@ type Options struct {
 	IETFHeaders bool
 	// Logger receives rate-limited logs of upstream and limiter errors.
 	Logger logr.Logger
+	// UpstreamTimeout is the response-header timeout of routes without a
+	// timeout of their own (answered 504). Zero means none.
+	UpstreamTimeout time.Duration
+	// ClientBodyTimeout bounds the time a client takes to send a request
+	// body, from the start of the handler; a body still unfinished then is
+	// answered 408 and the connection closed. Zero means no bound.
+	ClientBodyTimeout time.Duration
 }
 
 // Decider makes the rate limit decision of one request; decision.Engine
@@ -53,11 +61,12 @@ type Handler struct {
 // New returns a Handler.
 func New(opts Options) *Handler {
 	log := ratelog.New(opts.Logger, logInterval)
-	return &Handler{opts: opts, upstreams: newUpstreams(opts.Metrics, log), log: log}
+	return &Handler{opts: opts, upstreams: newUpstreams(opts.Metrics, log, opts.UpstreamTimeout), log: log}
 }
 
 // ServeHTTP serves one request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body := h.boundBody(w, r)
 	table := h.opts.Routes()
 	match := table.Lookup(r.Method, r.Host, r.URL.Path)
 	if match.Route == nil {
@@ -76,7 +85,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		var tenant string
 		if tenant, err = h.opts.Identity.Tenant(key); err == nil {
-			h.limitAndForward(w, r, up, tenant)
+			h.limitAndForward(w, r, up, tenant, body)
 			return
 		}
 	}
@@ -88,7 +97,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // limitAndForward asks the limiter and forwards or rejects.
-func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *upstream, tenant string) {
+func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *upstream, tenant string, body *deadlineBody) {
 	d, rule, err := h.opts.Decider.Decide(r.Context(), tenant, up.route.ID, 1)
 	if err != nil {
 		// Only a limiter without a Failover returns errors.
@@ -113,6 +122,13 @@ func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *up
 		setRetryAfter(w.Header(), d)
 		h.reply(w, up.route.ID, http.StatusTooManyRequests, "rate limit exceeded")
 		return
+	}
+	if body != nil {
+		// The body is read while forwarding: the upstream's error handler
+		// finds it in the context to tell a client's timeout from the
+		// upstream's.
+		r.Body = body
+		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, body))
 	}
 	up.proxy.ServeHTTP(w, r)
 }

@@ -43,6 +43,7 @@ func (u *upstream) count(result metrics.Result, src limiter.Source) {
 type upstreams struct {
 	metrics *metrics.Gateway
 	log     *ratelog.Logger
+	timeout time.Duration // of routes without one
 	cur     atomic.Pointer[upstreamSet]
 
 	mu         sync.Mutex
@@ -56,8 +57,8 @@ type upstreamSet struct {
 	byRoute sync.Map // *routes.Route -> *upstream
 }
 
-func newUpstreams(m *metrics.Gateway, log *ratelog.Logger) *upstreams {
-	return &upstreams{metrics: m, log: log, transports: map[time.Duration]*http.Transport{}}
+func newUpstreams(m *metrics.Gateway, log *ratelog.Logger, timeout time.Duration) *upstreams {
+	return &upstreams{metrics: m, log: log, timeout: timeout, transports: map[time.Duration]*http.Transport{}}
 }
 
 // get returns the upstream of route, a route of table. A new table (after a
@@ -87,7 +88,11 @@ func (u *upstreams) build(r *routes.Route) *upstream {
 	}
 	observe := u.metrics.UpstreamDuration.WithLabelValues(r.ID)
 	u.mu.Lock()
-	transport := u.transport(r.Timeout)
+	timeout := r.Timeout
+	if timeout == 0 {
+		timeout = u.timeout
+	}
+	transport := u.transport(timeout)
 	u.mu.Unlock()
 	up.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -114,6 +119,15 @@ func (u *upstreams) build(r *routes.Route) *upstream {
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+			if b, ok := req.Context().Value(bodyKey{}).(*deadlineBody); ok && b.timedOut.Load() {
+				// The client, not the upstream, was too slow.
+				classes[4].Inc()
+				w.Header().Set("Connection", "close")
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusRequestTimeout)
+				_, _ = w.Write([]byte(`{"error":"request body not received in time"}` + "\n"))
+				return
+			}
 			if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
 				return // the client went away; nobody reads an answer
 			}

@@ -13,7 +13,7 @@
 //	    upstream: http://127.0.0.1:8081  # http or https; a base path is prepended
 //	    host: shop.example.com           # optional; case-insensitive, port ignored
 //	    stripPrefix: false               # optional, only with pathPrefix
-//	    timeout: 30s                     # optional response-header timeout, (0, 10m]
+//	    timeout: 30s                     # optional response-header timeout, (0, 10m]; default: the gateway's --upstream-timeout
 //
 // Unknown fields, duplicate keys and duplicate ids are errors, and so is a file
 // without a top-level "routes" key, such as an empty file. An empty
