@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
+	"github.com/tollgate-dev/tollgate/dataplane/httpguard"
 	"github.com/tollgate-dev/tollgate/dataplane/rls"
 )
 
@@ -72,8 +73,11 @@ func (g *Gateway) servers() []server {
 			ReadHeaderTimeout: g.opts.ReadHeaderTimeout,
 			IdleTimeout:       g.opts.IdleTimeout,
 			MaxHeaderBytes:    64 << 10,
+			ConnContext:       httpguard.ConnContext,
 		}
-		ss = append(ss, server{name: "proxy", serve: func() error { return srv.Serve(g.proxyLn) }, shutdown: func(ctx context.Context) {
+		// Header blocks with a bare LF or CR are refused with 400.
+		ln := httpguard.Listener(g.proxyLn)
+		ss = append(ss, server{name: "proxy", serve: func() error { return srv.Serve(ln) }, shutdown: func(ctx context.Context) {
 			if err := srv.Shutdown(ctx); err != nil {
 				g.log.Error(err, "in-flight requests cut off at the end of the grace period")
 				_ = srv.Close()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/tollgate-dev/tollgate/dataplane/httpguard"
 	"github.com/tollgate-dev/tollgate/dataplane/identity"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
@@ -66,6 +67,11 @@ func New(opts Options) *Handler {
 
 // ServeHTTP serves one request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if c := httpguard.FromContext(r.Context()); c != nil && c.Unchecked() {
+		// Later requests on this connection could not be checked for bare
+		// LF and CR: this one is its last.
+		w.Header().Set("Connection", "close")
+	}
 	body := h.boundBody(w, r)
 	table := h.opts.Routes()
 	match := table.Lookup(r.Method, r.Host, r.URL.Path)

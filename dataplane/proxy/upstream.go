@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate-dev/tollgate/dataplane/httpguard"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
@@ -112,6 +113,12 @@ func (u *upstreams) build(r *routes.Route) *upstream {
 		// the bench profile.)
 		BufferPool: &u.buffers,
 		ModifyResponse: func(res *http.Response) error {
+			if res.StatusCode == http.StatusSwitchingProtocols {
+				// The connection carries another protocol from now on.
+				if c := httpguard.FromContext(res.Request.Context()); c != nil {
+					c.Passthrough()
+				}
+			}
 			for _, h := range ownHeaders {
 				res.Header.Del(h)
 			}
