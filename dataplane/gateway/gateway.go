@@ -84,7 +84,7 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 		g.handler = proxy.New(proxy.Options{
 			Routes: g.routes.Current, Decider: g.engine, Identity: resolver,
 			Metrics: g.metrics, IETFHeaders: opts.IETFHeaders, Logger: log.WithName("proxy"),
-			UpstreamTimeout: opts.UpstreamTimeout, ClientBodyTimeout: opts.ClientBodyTimeout,
+			UpstreamTimeout: opts.UpstreamTimeout, ClientBodyTimeout: opts.ClientBodyTimeout, Failures: opts.failureLimiter(),
 		})
 	}
 	if opts.RLSListen != "" {

@@ -2,6 +2,14 @@ package gateway
 
 import "github.com/tollgate-dev/tollgate/dataplane/identity"
 
+// failureLimiter limits failed identifications per client address (nil when
+// --identity-failure-burst is 0).
+func (o *Options) failureLimiter() *identity.FailureLimiter {
+	return identity.NewFailureLimiter(identity.FailureOptions{
+		Burst: o.FailureBurst, PerSecond: o.FailurePerSecond, MaxAddresses: o.FailureMaxAddresses,
+	})
+}
+
 // resolver returns the proxy's API key resolver: the --api-keys-file mapping
 // (--identity=mapped), or the header value as the tenant id
 // (--identity=header-is-tenant), announced with a warning that shows at every

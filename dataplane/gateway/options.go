@@ -81,6 +81,10 @@ type Options struct {
 	UpstreamTimeout   time.Duration
 	ClientBodyTimeout time.Duration
 
+	FailureBurst        int
+	FailurePerSecond    float64
+	FailureMaxAddresses int
+
 	// Clock is the gateway's clock for local decisions; tests skew it.
 	// Default time.Now. Not a flag.
 	Clock func() time.Time
@@ -111,6 +115,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"How the proxy finds a request's tenant: mapped (the X-Api-Key value is looked up in --api-keys-file; unknown keys get 401) or "+
 			"header-is-tenant (the X-Api-Key value IS the tenant id, unchecked: any client can use or drain any tenant's bucket; "+
 			"only behind a proxy that authenticates clients and sets X-Api-Key itself; a warning is logged at start).")
+	fs.IntVar(&o.FailureBurst, "identity-failure-burst", 20,
+		"Failed identifications (401, 400) a client address may have in a row; after that every request from it gets 429 until it earns failures back "+
+			"(so a right guess cannot be told from a wrong one). The address is the TCP peer, IPv6 by /64, never X-Forwarded-For. 0 disables the limit.")
+	fs.Float64Var(&o.FailurePerSecond, "identity-failure-rate", 1, "Failed identifications per second a client address earns back.")
+	fs.IntVar(&o.FailureMaxAddresses, "identity-failure-max-addresses", 65536,
+		"Client addresses with failures tracked at once (about 100 bytes each); beyond it new addresses share one bucket.")
 	fs.BoolVar(&o.IETFHeaders, "ietf-headers", false, "Also send the IETF RateLimit and RateLimit-Policy headers.")
 
 	fs.Int64Var(&o.DefaultCapacity, "default-capacity", 20, "Burst of the built-in rule used when no RateLimitRule matches.")
@@ -187,6 +197,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--upstream-timeout must be in (0, 10m], got %v", o.UpstreamTimeout)
 	case o.ClientBodyTimeout <= 0:
 		return fmt.Errorf("--client-body-timeout must be positive, got %v", o.ClientBodyTimeout)
+	case o.FailureBurst < 0 || o.FailurePerSecond <= 0 || o.FailureMaxAddresses < 1:
+		return fmt.Errorf("--identity-failure-burst must not be negative, --identity-failure-rate must be positive and --identity-failure-max-addresses at least 1")
 	case o.Pipelines < 1:
 		return fmt.Errorf("--redis-pipelines must be at least 1")
 	case o.Region != "" && !snapshot.ValidRegion(o.Region):

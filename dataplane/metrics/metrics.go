@@ -48,7 +48,19 @@ type Gateway struct {
 	ReloadErrors *prometheus.CounterVec
 	// UpstreamDuration observes time to upstream response headers by route.
 	UpstreamDuration *prometheus.HistogramVec
+	// IdentityFailures counts requests refused before a tenant was found, by
+	// reason (IdentityMissing, IdentityInvalid, IdentityUnknown,
+	// IdentityLimited). It never carries the key.
+	IdentityFailures *prometheus.CounterVec
 }
+
+// Reasons of Gateway.IdentityFailures.
+const (
+	IdentityMissing = "missing" // no X-Api-Key (401)
+	IdentityInvalid = "invalid" // malformed X-Api-Key (400)
+	IdentityUnknown = "unknown" // a key of no tenant (401)
+	IdentityLimited = "limited" // the client address spent its failures (429)
+)
 
 // NewGateway creates the metrics and registers them, with the Go and process
 // collectors, on reg.
@@ -96,6 +108,10 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 			Name: "tollgate_gateway_rules",
 			Help: "Rules in the loaded snapshot.",
 		}),
+		IdentityFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_gateway_identity_failures_total",
+			Help: "Requests refused before a tenant was found, by reason: missing (401), invalid (400) or unknown (401) API key, or limited (429: the client address has no failed identification left).",
+		}, []string{"reason"}),
 		ReloadErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_gateway_reload_errors_total",
 			Help: "Rejected reloads by source (rules, routes, api-keys); the last good version stays in use.",
@@ -107,7 +123,7 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 		}, []string{"route"}),
 	}
 	reg.MustRegister(m.Decisions, m.Responses, m.RedisDuration, m.RedisErrors, m.Breaker, m.Replicas, m.ReplicasCounted,
-		m.SnapshotVersion, m.SnapshotLoaded, m.Rules, m.ReloadErrors, m.UpstreamDuration,
+		m.SnapshotVersion, m.SnapshotLoaded, m.Rules, m.ReloadErrors, m.UpstreamDuration, m.IdentityFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, s := range []string{"closed", "open", "half-open"} {
 		m.Breaker.WithLabelValues(s).Set(0)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate-dev/tollgate/dataplane/httpguard"
 	"github.com/tollgate-dev/tollgate/dataplane/identity"
@@ -40,6 +41,9 @@ type Options struct {
 	// UpstreamTimeout is the response-header timeout of routes without a
 	// timeout of their own (answered 504). Zero means none.
 	UpstreamTimeout time.Duration
+	// Failures limits failed identifications per client address; nil
+	// limits nothing.
+	Failures *identity.FailureLimiter
 	// ClientBodyTimeout bounds the time a client takes to send a request
 	// body, from the start of the handler; a body still unfinished then is
 	// answered 408 and the connection closed. Zero means no bound.
@@ -57,12 +61,19 @@ type Handler struct {
 	opts      Options
 	upstreams *upstreams
 	log       *ratelog.Logger
+
+	failuresMissing, failuresInvalid, failuresUnknown, failuresLimited prometheus.Counter
 }
 
 // New returns a Handler.
 func New(opts Options) *Handler {
 	log := ratelog.New(opts.Logger, logInterval)
-	return &Handler{opts: opts, upstreams: newUpstreams(opts.Metrics, log, opts.UpstreamTimeout), log: log}
+	f := opts.Metrics.IdentityFailures
+	return &Handler{
+		opts: opts, upstreams: newUpstreams(opts.Metrics, log, opts.UpstreamTimeout), log: log,
+		failuresMissing: f.WithLabelValues(metrics.IdentityMissing), failuresInvalid: f.WithLabelValues(metrics.IdentityInvalid),
+		failuresUnknown: f.WithLabelValues(metrics.IdentityUnknown), failuresLimited: f.WithLabelValues(metrics.IdentityLimited),
+	}
 }
 
 // ServeHTTP serves one request.
@@ -87,6 +98,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route := match.Route
 	up := h.upstreams.get(table, route)
 
+	if wait, blocked := h.opts.Failures.Blocked(r.RemoteAddr); blocked {
+		h.refuseFailures(w, route.ID, wait)
+		return
+	}
 	key, err := identity.APIKey(r.Header)
 	if err == nil {
 		var tenant string
@@ -95,11 +110,35 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if wait, ok := h.opts.Failures.Fail(r.RemoteAddr); !ok {
+		h.refuseFailures(w, route.ID, wait)
+		return
+	}
+	h.failures(err).Inc()
 	status := identity.Status(err)
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `ApiKey header="X-Api-Key"`)
 	}
 	h.reply(w, route.ID, status, errorText(err))
+}
+
+// refuseFailures answers a client address that has spent its failed
+// identifications.
+func (h *Handler) refuseFailures(w http.ResponseWriter, route string, wait time.Duration) {
+	h.failuresLimited.Inc()
+	w.Header().Set(headerRetryAfter, strconv.FormatInt(max(1, int64((wait+time.Second-1)/time.Second)), 10))
+	h.reply(w, route, http.StatusTooManyRequests, "too many failed identifications from this address")
+}
+
+// failures is the failure counter of an identity error.
+func (h *Handler) failures(err error) prometheus.Counter {
+	switch {
+	case errors.Is(err, identity.ErrMissingKey):
+		return h.failuresMissing
+	case errors.Is(err, identity.ErrUnknownKey):
+		return h.failuresUnknown
+	}
+	return h.failuresInvalid
 }
 
 // limitAndForward asks the limiter and forwards or rejects.
