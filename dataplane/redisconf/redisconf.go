@@ -26,6 +26,10 @@ const (
 // password file is given.
 const PasswordEnv = "TOLLGATE_REDIS_PASSWORD"
 
+// SentinelPasswordEnv is the environment variable read for the Sentinels'
+// own password when no Sentinel password file is given.
+const SentinelPasswordEnv = "TOLLGATE_REDIS_SENTINEL_PASSWORD"
+
 // Options say how to reach Redis.
 type Options struct {
 	// Addrs: one host:port in standalone mode, the Sentinels in sentinel
@@ -42,6 +46,12 @@ type Options struct {
 	// PasswordFile holds the password (a mounted Secret). When empty, the
 	// TOLLGATE_REDIS_PASSWORD environment variable is used.
 	PasswordFile string
+	// SentinelUsername and SentinelPasswordFile authenticate to Sentinels
+	// that require a password of their own (sentinel mode). When the file is
+	// empty, the TOLLGATE_REDIS_SENTINEL_PASSWORD environment variable is
+	// used.
+	SentinelUsername     string
+	SentinelPasswordFile string
 	// TLS enables TLS; TLSCAFile, TLSServerName and TLSInsecureSkipVerify
 	// tune it.
 	TLS                   bool
@@ -65,6 +75,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Username, "redis-username", "", "Redis ACL user name.")
 	fs.StringVar(&o.PasswordFile, "redis-password-file", "",
 		"File holding the Redis password (e.g. a mounted Secret). Default: the "+PasswordEnv+" environment variable.")
+	fs.StringVar(&o.SentinelUsername, "redis-sentinel-username", "", "Sentinel mode: ACL user name for the Sentinels themselves.")
+	fs.StringVar(&o.SentinelPasswordFile, "redis-sentinel-password-file", "",
+		"Sentinel mode: file holding the password of the Sentinels themselves (their requirepass; e.g. a mounted Secret). "+
+			"Default: the "+SentinelPasswordEnv+" environment variable. The Redis password is separate (--redis-password-file).")
 	fs.BoolVar(&o.TLS, "redis-tls", false, "Connect to Redis over TLS.")
 	fs.StringVar(&o.TLSCAFile, "redis-tls-ca-file", "", "PEM file of CA certificates that sign the Redis server certificate. Default: system roots.")
 	fs.StringVar(&o.TLSServerName, "redis-tls-server-name", "", "Server name to verify in the Redis certificate. Default: the host of the address.")
@@ -100,10 +114,26 @@ func (o *Options) Validate() error {
 	default:
 		return fmt.Errorf("--redis-mode %q: want standalone, sentinel or cluster", o.Mode)
 	}
+	if o.Mode != ModeSentinel && (o.SentinelUsername != "" || o.SentinelPasswordFile != "") {
+		return fmt.Errorf("--redis-sentinel-username and --redis-sentinel-password-file need --redis-mode=sentinel")
+	}
 	if o.PoolSize < 1 {
 		return fmt.Errorf("--redis-pool-size must be at least 1")
 	}
 	return nil
+}
+
+// secret reads a password from file (trailing newlines dropped), or from the
+// environment variable env when file is empty.
+func secret(file, env, flag string) (string, error) {
+	if file == "" {
+		return os.Getenv(env), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", flag, err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
 }
 
 // NewClient builds the client. Commands fail fast: no client-side retries
@@ -113,13 +143,13 @@ func (o *Options) NewClient() (redis.UniversalClient, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	password := os.Getenv(PasswordEnv)
-	if o.PasswordFile != "" {
-		b, err := os.ReadFile(o.PasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("reading --redis-password-file: %w", err)
-		}
-		password = strings.TrimRight(string(b), "\r\n")
+	password, err := secret(o.PasswordFile, PasswordEnv, "--redis-password-file")
+	if err != nil {
+		return nil, err
+	}
+	sentinelPassword, err := secret(o.SentinelPasswordFile, SentinelPasswordEnv, "--redis-sentinel-password-file")
+	if err != nil {
+		return nil, err
 	}
 	var tlsConfig *tls.Config
 	if o.TLS {
@@ -164,6 +194,7 @@ func (o *Options) NewClient() (redis.UniversalClient, error) {
 		return redis.NewClient(u.Simple()), nil
 	case ModeSentinel:
 		u.DB, u.MasterName = o.DB, o.MasterName
+		u.SentinelUsername, u.SentinelPassword = o.SentinelUsername, sentinelPassword
 		return redis.NewFailoverClient(u.Failover()), nil
 	default:
 		return redis.NewClusterClient(u.Cluster()), nil

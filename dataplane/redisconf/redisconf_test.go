@@ -130,3 +130,52 @@ func waitReplicated(t *testing.T, replica *redistest.Server) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestSentinelWithPassword: Sentinels that require a password of their own
+// (requirepass, here set through ACL on the running Sentinel) are reached
+// with --redis-sentinel-password-file; without it the client cannot find the
+// primary.
+func TestSentinelWithPassword(t *testing.T) {
+	primary := redistest.Start(t)
+	conf := filepath.Join(t.TempDir(), "sentinel.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("sentinel monitor main 127.0.0.1 %d 1\n", primary.Port())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sentinel := redistest.Start(t, redistest.WithArgs("--sentinel"), redistest.WithConfig(conf))
+	admin := sentinel.Client(t)
+	if err := admin.Do(context.Background(), "ACL", "SETUSER", "default", "resetpass", ">sentinel-secret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	decide := func(o Options) error {
+		c, err := o.NewClient()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = limiter.NewRedis(c).Allow(ctx, limiter.Bucket{Key: limiter.Key("t", "r"), Capacity: 5, RefillTokens: 1, RefillPeriodMs: 1000}, 1)
+		return err
+	}
+	o := Options{Addrs: []string{sentinel.Addr()}, Mode: ModeSentinel, MasterName: "main", PoolSize: 2, DialTimeout: time.Second}
+	if err := decide(o); err == nil {
+		t.Fatal("a decision through a password-protected Sentinel succeeded without the password")
+	}
+	pw := filepath.Join(t.TempDir(), "sentinel-pw")
+	if err := os.WriteFile(pw, []byte("sentinel-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o.SentinelPasswordFile = pw
+	if err := decide(o); err != nil {
+		t.Fatalf("with --redis-sentinel-password-file: %v", err)
+	}
+	if strings.Contains(o.String(), "sentinel-secret") {
+		t.Error("the Sentinel password appears in the options' text")
+	}
+	// The environment variable works too.
+	o.SentinelPasswordFile = ""
+	t.Setenv(SentinelPasswordEnv, "sentinel-secret")
+	if err := decide(o); err != nil {
+		t.Fatalf("with %s: %v", SentinelPasswordEnv, err)
+	}
+}

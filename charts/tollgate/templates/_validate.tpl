@@ -12,6 +12,9 @@ a crash-looping pod. Included once, from gateway-deployment.yaml.
 {{- if and (eq $r.mode "sentinel") (not $r.masterName) }}
 {{- fail "redis.masterName is required when redis.mode is sentinel" }}
 {{- end }}
+{{- if and (ne $r.mode "sentinel") (or $r.sentinel.username $r.sentinel.existingSecret) }}
+{{- fail "redis.sentinel.username and redis.sentinel.existingSecret need redis.mode: sentinel" }}
+{{- end }}
 {{- if and (eq $r.mode "cluster") (ne (int $r.db) 0) }}
 {{- fail "redis.db must be 0 when redis.mode is cluster" }}
 {{- end }}
