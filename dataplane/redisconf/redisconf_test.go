@@ -154,7 +154,7 @@ func TestSentinelWithPassword(t *testing.T) {
 		defer c.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err = limiter.NewRedis(c).Allow(ctx, limiter.Bucket{Key: limiter.Key("t", "r"), Capacity: 5, RefillTokens: 1, RefillPeriodMs: 1000}, 1)
+		_, err = limiter.NewRedis(c).Take(ctx, limiter.Bucket{Key: limiter.Key("t", "r"), Capacity: 5, RefillTokens: 1, RefillPeriodMs: 1000}, 1, 1)
 		return err
 	}
 	o := Options{Addrs: []string{sentinel.Addr()}, Mode: ModeSentinel, MasterName: "main", PoolSize: 2, DialTimeout: time.Second}
