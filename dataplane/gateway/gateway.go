@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	"k8s.io/client-go/kubernetes"
 
@@ -48,6 +49,7 @@ type Gateway struct {
 
 	rls        *rls.Server         // nil without --rls-listen
 	rlsDomains *rls.DomainsWatcher // nil without --rls-listen
+	rlsOpts    []grpc.ServerOption // TLS of the rate limit port
 	health     *health.Server
 
 	proxyLn, adminLn, rlsLn net.Listener
@@ -96,6 +98,10 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 			rlsOpts.Domains = g.rlsDomains.Current
 		}
 		g.rls = rls.New(rlsOpts)
+		var err error
+		if g.rlsOpts, err = opts.rlsServerOptions(); err != nil {
+			return nil, err
+		}
 	}
 	if err := g.listen(); err != nil {
 		g.close()

@@ -42,6 +42,9 @@ type Options struct {
 
 	RLSListen      string
 	RLSDomainsFile string
+	RLSTLSCert     string
+	RLSTLSKey      string
+	RLSClientCA    string
 
 	RoutesFile  string
 	RulesPath   string
@@ -104,6 +107,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"With --rls-listen: rate limit domains (YAML: domains: [{name, tenantKey, routeKey, defaultRoute}]), reloaded on change; requests for other domains are then refused (InvalidArgument). "+
 			"Default: every domain takes the tenant from the descriptor entry \"tenant\" and the route from \"route\".")
 
+	fs.StringVar(&o.RLSTLSCert, "rls-tls-cert", "", "With --rls-listen: PEM certificate (chain) of the rate limit port, which then serves TLS only (with --rls-tls-key). Read at start.")
+	fs.StringVar(&o.RLSTLSKey, "rls-tls-key", "", "With --rls-tls-cert: its PEM private key.")
+	fs.StringVar(&o.RLSClientCA, "rls-client-ca", "",
+		"With --rls-tls-cert: PEM CA certificates; clients of the rate limit port must then present a certificate they sign (mTLS).")
 	fs.StringVar(&o.RoutesFile, "routes", "", "Route file (YAML): id, methods, path or pathPrefix, upstream per route. Reloaded on change. Required, unless --rls-listen is set (then without it no HTTP proxy runs).")
 	fs.StringVar(&o.RulesPath, "rules", "",
 		"Standalone mode: a RateLimitRule manifest file or directory (the YAML users kubectl apply), reloaded on change. "+
@@ -205,6 +212,9 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--region %q: 1 to 32 characters of a-z, 0-9 and '-'", o.Region)
 	}
 	if err := o.validateIdentity(); err != nil {
+		return err
+	}
+	if err := o.validateRLSTLS(); err != nil {
 		return err
 	}
 	if o.Limiter == LimiterRedis {

@@ -88,7 +88,7 @@ func (g *Gateway) servers() []server {
 		// Health reports NOT_SERVING until Ready, like /readyz.
 		g.health = health.NewServer()
 		g.setHealth()
-		gs := rls.NewGRPCServer(g.rls, g.health)
+		gs := rls.NewGRPCServer(g.rls, g.health, g.rlsOpts...)
 		ss = append(ss, server{name: "rate limit service", serve: func() error { return gs.Serve(g.rlsLn) }, shutdown: func(ctx context.Context) { g.stopGRPC(ctx, gs) }})
 	}
 	if g.adminLn != nil {

@@ -40,3 +40,33 @@ func TestChartSentinelPassword(t *testing.T) {
 		t.Error("default values pass a Sentinel password file")
 	}
 }
+
+// TestChartRLSTLS: the rate limit port's certificate and client CA come from
+// Secrets, mounted and passed as files.
+func TestChartRLSTLS(t *testing.T) {
+	out, err := renderWith(t, "gateway: {rls: {enabled: true, tls: {existingSecret: rls-cert, clientCASecret: envoy-ca}}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decode(t, out)
+	args := containerArgs(t, objs, "tollgate-gateway", "gateway")
+	for flag, want := range map[string]string{
+		"rls-tls-cert": "/etc/tollgate/rls-tls/tls.crt", "rls-tls-key": "/etc/tollgate/rls-tls/tls.key",
+		"rls-client-ca": "/etc/tollgate/rls-client-ca/ca.crt",
+	} {
+		if v, _ := flagValue(args, flag); v != want {
+			t.Errorf("--%s=%q, want %q", flag, v, want)
+		}
+	}
+	secrets := map[string]bool{}
+	for _, v := range list(find(objs, "Deployment", "tollgate-gateway"), "spec", "template", "spec", "volumes") {
+		secrets[str(v, "secret", "secretName")] = true
+	}
+	if !secrets["rls-cert"] || !secrets["envoy-ca"] {
+		t.Errorf("Secrets mounted: %v, want rls-cert and envoy-ca", secrets)
+	}
+	if _, err := renderWith(t, "gateway: {rls: {enabled: true, tls: {clientCASecret: envoy-ca}}}"); err == nil ||
+		!strings.Contains(err.Error(), "needs gateway.rls.tls.existingSecret") {
+		t.Errorf("a client CA without a server certificate: %v", err)
+	}
+}

@@ -43,6 +43,9 @@ a crash-looping pod. Included once, from gateway-deployment.yaml.
 {{- fail (printf "gateway.routes[%d] (%s): stripPrefix needs pathPrefix" $i $route.id) }}
 {{- end }}
 {{- end }}
+{{- if and .Values.gateway.rls.tls.clientCASecret (not .Values.gateway.rls.tls.existingSecret) }}
+{{- fail "gateway.rls.tls.clientCASecret needs gateway.rls.tls.existingSecret (the server certificate)" }}
+{{- end }}
 {{- $domains := dict }}
 {{- range $i, $d := .Values.gateway.rls.domains }}
 {{- if hasKey $domains $d.name }}
