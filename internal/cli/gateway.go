@@ -18,9 +18,12 @@ func newGatewayCommand() *cobra.Command {
 tenant (the X-Api-Key header) and route with a token bucket in Redis shared
 by all replicas.
 
-Per request: match a route from --routes (404 if none) → tenant from
-X-Api-Key (401 if missing, 400 if malformed) → the rule for tenant and route
-(exact, tenant+*, *+route, *+*, else the built-in default) → one atomic Redis
+Per request: match a route from --routes (404 if none) → tenant of the
+X-Api-Key value in --api-keys-file (401 if missing or unknown, 400 if
+malformed; an address with too many failures gets 429; --identity=
+header-is-tenant takes the value as the tenant, for trusted networks only)
+→ the rule for tenant and route (exact, tenant+*, *+route, *+*, else the
+built-in default) → one atomic Redis
 script call → forward upstream, or 429 with Retry-After. Every limited
 response carries X-RateLimit-Limit and X-RateLimit-Remaining.
 
@@ -33,7 +36,7 @@ locally with 1/N of the rule, N being the live replica count (Leases in
 Kubernetes, --replicas standalone); FailOpen admits; FailClosed answers 503.
 
 Example (standalone):
-  tollgate gateway --routes routes.yaml --rules config/samples/ --redis-addr 127.0.0.1:6379`,
+  tollgate gateway --routes routes.yaml --api-keys-file keys.yaml --rules config/samples/ --redis-addr 127.0.0.1:6379`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := log.logger()
