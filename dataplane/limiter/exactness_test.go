@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,5 +81,27 @@ func TestTTLFollowsRuleChange(t *testing.T) {
 			t.Fatalf("after the change to a slow refill: %+v %v, want rejected", got, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestErrorsNeverNameTheTenant: a tenant id is never part of an error (which
+// reaches logs, and the breaker's last-error line), even when Redis refuses
+// the script on the tenant's key.
+func TestErrorsNeverNameTheTenant(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	b := Bucket{Key: Key("secret-tenant", "r"), Capacity: 5, RefillTokens: 1, RefillPeriodMs: 1000}
+	if err := srv.Client(t).Set(ctx, b.Key, "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, bt := newChain(t, srv.Client(t))
+	for name, taker := range map[string]Taker{"one call per request": NewRedis(srv.Client(t)), "batched": bt} {
+		_, err := taker.Take(ctx, b, 1, 1)
+		if err == nil {
+			t.Fatalf("%s: no error on a key of the wrong type", name)
+		}
+		if strings.Contains(err.Error(), "secret-tenant") {
+			t.Errorf("%s: error names the tenant: %v", name, err)
+		}
 	}
 }
