@@ -34,12 +34,12 @@ func (h *harness) scenarioAccuracy(ctx context.Context) error {
 	res := &AccuracyResult{
 		Rule: fmt.Sprintf("*/*: capacity %d, %d/s, one bucket", accCapacity, accPerSecond),
 		Load: fmt.Sprintf("%d decisions/s offered in all (3x the rate), evenly over the instances, open loop (up to 64 in flight per instance)", accOffered),
-		Note: "healthy and prefetch: the gateway's chain without the breaker (Batcher → Cache), window bracketed by Redis TIME; " +
+		Note: "healthy and prefetch: the gateway's chain (limiter.NewChain) with long deadlines, window bracketed by Redis TIME; slow: the default deadlines (5ms, max wait 100ms) while redis-server is frozen (SIGSTOP) for 80ms every 300ms; " +
 			"outage: Failover (deadline 50ms, 3 failures open the breaker for 200ms) over the same chain, local buckets sized 1/N, " +
 			"redis-server killed with SIGKILL after a healthy start, ideal = capacity + rate × the outage window (local clock)",
 	}
 	h.res.Accuracy = res
-	for _, c := range []string{"healthy", "prefetch", "outage"} {
+	for _, c := range []string{"healthy", "prefetch", "slow", "outage"} {
 		for _, n := range h.plan.AccuracyInstances {
 			ac, err := h.accuracyCase(ctx, c, n)
 			if err != nil {
@@ -116,8 +116,12 @@ func (h *harness) accuracyCase(ctx context.Context, kind string, n int) (*Accura
 			Client: client, Replicas: func() int { return n }, Coalesce: true, EmptyBucketCache: true,
 			Timeout: time.Second, MaxWait: 2 * time.Second,
 		}
-		if kind == "outage" {
+		switch kind {
+		case "outage":
 			opts.Timeout, opts.MaxWait, opts.FailuresToOpen, opts.OpenFor = 50*time.Millisecond, 100*time.Millisecond, 3, 200*time.Millisecond
+		case "slow":
+			// The gateway's defaults: Redis stalls make calls miss them.
+			opts.Timeout, opts.MaxWait = 5*time.Millisecond, 100*time.Millisecond
 		}
 		chain := limiter.NewChain(opts)
 		go chain.Run(bgCtx)
@@ -141,6 +145,9 @@ func (h *harness) accuracyCase(ctx context.Context, kind string, n int) (*Accura
 	run.windowFrom.Store(math.MaxInt64)
 	run.windowTo.Store(math.MaxInt64)
 	ac := &AccuracyCase{Case: kind, Instances: n, Target: 0.02}
+	if kind == "slow" {
+		ac.Target = 0.05
+	}
 	if kind == "prefetch" {
 		// Auto: 5% of max(capacity, one second of refill) over N.
 		ac.Batch = int64(math.Floor(0.05 * math.Max(accCapacity, accPerSecond) / float64(n)))
@@ -185,6 +192,9 @@ func (h *harness) accuracyCase(ctx context.Context, kind string, n int) (*Accura
 		ac.Seconds, ac.IdealLow, ac.IdealHigh = round(secs, 3), round(ideal, 1), round(ideal, 1)
 		ac.Admitted, ac.Target = run.windowAdmitted.Load(), 0.10
 	} else {
+		if kind == "slow" {
+			go stallRedis(rs, stop)
+		}
 		err := sleep(ctx, window)
 		tStop, _ = rc.Time(context.Background()).Result()
 		close(stop)
@@ -279,4 +289,31 @@ func (r *accRun) series(kind string, end, kill time.Duration) *series {
 		s.Events = append(s.Events, event{kill, "redis-server killed"})
 	}
 	return s
+}
+
+// Redis stalls in the "slow" accuracy case: frozen (SIGSTOP) for stallFor
+// every stallEvery, so that calls written during a stall miss the gateway's
+// 5ms deadline, and the longer stalls outlast the PING that checks them.
+const (
+	stallEvery = 300 * time.Millisecond
+	stallFor   = 80 * time.Millisecond
+)
+
+// stallRedis freezes and resumes rs until stop is closed.
+func stallRedis(rs interface {
+	Pause()
+	Resume()
+}, stop <-chan struct{}) {
+	tick := time.NewTicker(stallEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		rs.Pause()
+		time.Sleep(stallFor)
+		rs.Resume()
+	}
 }

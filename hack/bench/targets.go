@@ -39,6 +39,7 @@ var targets = []target{
 	{what: "admitted vs ideal, 20 instances, Redis healthy", threshold: "within ±2 %", extract: accuracy("healthy", "")},
 	{what: "admitted vs ideal, 20 instances, prefetch Auto", threshold: "within ±5 % (the rule's error budget)", optional: true,
 		extract: accuracy("prefetch", "prefetch trades exactness for round trips")},
+	{what: "admitted vs ideal, 20 instances, Redis slow (calls missing the deadline)", threshold: "within ±5 %", extract: accuracy("slow", ""), optional: true},
 	{what: "admitted vs ideal, 20 instances, Redis outage", threshold: "within ±10 %", extract: accuracy("outage", ""), optional: true},
 	{what: "rule change to enforcement on every replica", threshold: "p99 ≤ 1 s", extract: propagation},
 	{what: "breaker open after Redis dies", threshold: "≤ 100 ms", extract: breakerOpen},
