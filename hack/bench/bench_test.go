@@ -58,8 +58,8 @@ func TestQuickRunProducesReport(t *testing.T) {
 		t.Error("throughput: want four limiter modes")
 	case res.RedisCost == nil || len(res.RedisCost.Modes) != 3:
 		t.Error("redis cost: want three Redis modes")
-	case res.Accuracy == nil || len(res.Accuracy.Cases) != 9:
-		t.Error("accuracy: want 3 cases x 3 instance counts")
+	case res.Accuracy == nil || len(res.Accuracy.Cases) != 12:
+		t.Error("accuracy: want 4 cases (healthy, prefetch, slow, outage) x 3 instance counts")
 	case res.Outage == nil || res.Outage.During == nil || res.Outage.During.Sent == 0:
 		t.Error("outage: no traffic during the outage")
 	case res.Propagation == nil || res.Propagation.Changes != 3:

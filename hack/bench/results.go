@@ -176,7 +176,7 @@ type AccuracyResult struct {
 
 // AccuracyCase is N instances on one bucket in one condition.
 type AccuracyCase struct {
-	Case      string  `json:"case"` // healthy, prefetch, outage
+	Case      string  `json:"case"` // healthy, prefetch, slow, outage
 	Instances int     `json:"instances"`
 	Batch     int64   `json:"prefetchBatch,omitempty"`
 	Seconds   float64 `json:"seconds"`
