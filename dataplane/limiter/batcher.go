@@ -50,15 +50,11 @@ type Batcher struct {
 	queue  chan *op
 	opts   BatcherOptions
 	clock  redisClock
-	// heardAt maps a node's address ("" for all of a single server) to
-	// when it last sent anything (*atomic.Int64, unix ns): a reply, or bytes
-	// read on any of its connections.
-	heardAt sync.Map
 	// conns are the open connections to Redis (*heardConn keys).
 	conns sync.Map
-	// health maps a node to its *nodeHealth; nodeClients a Cluster node's
-	// address to its *redis.Client.
-	health, nodeClients sync.Map
+	// nodes maps a node's address ("" for a single server) to its
+	// *nodeState; nodeClients a Cluster node's address to its *redis.Client.
+	nodes, nodeClients sync.Map
 	// closed is closed by Close; queue never is, so a Take racing with
 	// Close (a breaker probe still in flight at shutdown) gets ErrClosed
 	// instead of a send on a closed channel.
@@ -188,18 +184,10 @@ func (bt *Batcher) listen(client BatchClient) {
 }
 
 // heard records a sign of life from node.
-func (bt *Batcher) heard(node string) { bt.heardClock(node).Store(time.Now().UnixNano()) }
+func (bt *Batcher) heard(node string) { bt.node(node).heard.Store(time.Now().UnixNano()) }
 
 // lastHeard is when node last sent anything (0: never).
-func (bt *Batcher) lastHeard(node string) int64 { return bt.heardClock(node).Load() }
-
-func (bt *Batcher) heardClock(node string) *atomic.Int64 {
-	if v, ok := bt.heardAt.Load(node); ok {
-		return v.(*atomic.Int64)
-	}
-	v, _ := bt.heardAt.LoadOrStore(node, new(atomic.Int64))
-	return v.(*atomic.Int64)
-}
+func (bt *Batcher) lastHeard(node string) int64 { return bt.node(node).heard.Load() }
 
 // Close stops the workers: pipelines in flight finish, Takes still queued
 // and any later Take fail with ErrClosed. Safe to call more than once and
@@ -430,20 +418,23 @@ func (bt *Batcher) watch(calls []*call, sent time.Time, due time.Time, finished 
 	again(next)
 }
 
-// nodeHealth is what the Batcher knows of one node beyond its replies.
-type nodeHealth struct {
+// nodeState is what the Batcher knows of one node's health.
+type nodeState struct {
+	// heard is when the node last sent anything (unix ns): a reply, or
+	// bytes read on any of its connections.
+	heard   atomic.Int64
 	pinging atomic.Bool
 	// downAt is when a PING to the node last went unanswered (unix ns); 0
 	// once one is answered.
 	downAt atomic.Int64
 }
 
-func (bt *Batcher) node(node string) *nodeHealth {
-	if v, ok := bt.health.Load(node); ok {
-		return v.(*nodeHealth)
+func (bt *Batcher) node(node string) *nodeState {
+	if v, ok := bt.nodes.Load(node); ok {
+		return v.(*nodeState)
 	}
-	v, _ := bt.health.LoadOrStore(node, new(nodeHealth))
-	return v.(*nodeHealth)
+	v, _ := bt.nodes.LoadOrStore(node, new(nodeState))
+	return v.(*nodeState)
 }
 
 // suspect PINGs a node that has been silent for Timeout while calls were

@@ -17,23 +17,23 @@ import (
 //
 // Policy:
 //   - FailuresToOpen consecutive failed calls open it, if they span at least
-//     MinFailingFor and a PING sent to Redis then fails too: a dead Redis
-//     fails every call for as long as it is dead, while a busy machine fails
-//     a burst of calls at one moment (one late pipeline) and Redis still
-//     answers a PING. With the defaults a dead Redis opens the breaker
-//     within MinFailingFor + ProbeTimeout; refused or closed connections
-//     (a Redis that is gone) open it after FailuresToOpen failures at once. A failed call is one Redis did
-//     not answer: silent for the Timeout after the call was written, a
-//     connection error (refused, reset) or an error reply. A call given up
-//     while still queued in a busy gateway, one unanswered within MaxWait
-//     while Redis was not silent (a busy machine, a slow Redis), or one
-//     whose client went away is not a failure of Redis and does not count.
+//     MinFailingFor: a dead Redis fails every call for as long as it is
+//     dead, while a busy machine fails a burst of calls at one moment and
+//     then succeeds again. Refused or closed connections (a Redis that is
+//     gone) open it after FailuresToOpen failures at once. A failed call is
+//     one Redis did not answer: silent after it was written, and silent to
+//     the Batcher's PING too (ErrRedisSilent), a connection error (refused,
+//     reset) or an error reply. A call given up while still queued in a busy
+//     gateway, one unanswered within MaxWait while Redis was not silent (a
+//     busy machine, a slow Redis), or one whose client went away is not a
+//     failure of Redis and does not count.
 //   - While it is not closed, Take fails at once with ErrOpen: no request
 //     waits for Redis. Requests never probe.
-//   - probe (run by Breakers.Run every OpenFor/2) checks Redis itself
-//     (PING, not a cached answer) once OpenFor has passed; a PING answered within ProbeTimeout closes
-//     the breaker, a failed one keeps it open for another OpenFor. So while
-//     Redis stays down it stays open, without flapping.
+//   - probe (run by Breakers.Run every OpenFor/2) checks Redis itself (PING,
+//     not a cached answer) once OpenFor has passed; a PING answered within
+//     ProbeTimeout closes the breaker, a failed one keeps it open for
+//     another OpenFor. So while Redis stays down it stays open, without
+//     flapping.
 type Breaker struct {
 	node   string // the Redis node it guards ("" for a single server)
 	next   Taker
@@ -41,14 +41,11 @@ type Breaker struct {
 	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
 	opts   BreakerOptions
 
-	// waited counts calls that went to Redis; probes counts PING probes.
-	waited, probes atomic.Int64
+	// waited counts calls that went to Redis.
+	waited atomic.Int64
 	// streakStart is when the current run of failures began (unix ns; 0:
 	// the last call succeeded).
 	streakStart atomic.Int64
-	// confirming is set while a PING checks a run of failures; confirmed
-	// once it failed (the next failure opens the breaker).
-	confirming, confirmed atomic.Bool
 	// gone: the last failure was a refused or closed connection.
 	gone atomic.Bool
 	// lastErr is Redis's most recent error (an errBox), for logs.
@@ -119,39 +116,14 @@ func NewBreaker(next Taker, pinger Pinger, opts BreakerOptions) *Breaker {
 	return br
 }
 
-// readyToTrip: enough consecutive failures, over long enough, and Redis
-// does not answer a PING either.
+// readyToTrip: enough consecutive failures, over long enough (or a Redis
+// that refused or closed the connection).
 func (br *Breaker) readyToTrip(c gobreaker.Counts) bool {
 	start := br.streakStart.Load()
 	if c.ConsecutiveFailures < br.opts.FailuresToOpen || start == 0 {
 		return false
 	}
-	if br.gone.Load() || br.confirmed.Load() {
-		// Refused or closed connections need no further proof.
-		return true
-	}
-	if time.Since(time.Unix(0, start)) < br.opts.MinFailingFor {
-		return false
-	}
-	if br.confirming.CompareAndSwap(false, true) {
-		go br.confirm()
-	}
-	return false
-}
-
-// confirm PINGs Redis after a run of failures: an answer means the calls
-// were late (a busy machine), not lost, and the run starts over; no answer
-// confirms the failure.
-func (br *Breaker) confirm() {
-	defer br.confirming.Store(false)
-	ctx, cancel := context.WithTimeout(context.Background(), br.opts.ProbeTimeout)
-	defer cancel()
-	if err := br.pinger.Ping(ctx); err != nil {
-		br.lastErr.Store(errBox{err})
-		br.confirmed.Store(true)
-		return
-	}
-	br.streakStart.Store(time.Now().UnixNano())
+	return br.gone.Load() || time.Since(time.Unix(0, start)) >= br.opts.MinFailingFor
 }
 
 // Take implements Taker.
@@ -191,7 +163,6 @@ func (br *Breaker) classify(ctx context.Context, err error) error {
 	switch {
 	case err == nil:
 		br.streakStart.Store(0)
-		br.confirmed.Store(false)
 		return nil
 	case errors.Is(err, ErrNotSent), errors.Is(err, ErrClosed), errors.Is(ctx.Err(), context.Canceled):
 		// Queued in a busy gateway, shutting down, or the client went away.
@@ -220,7 +191,6 @@ func (br *Breaker) probe(ctx context.Context) {
 	if err != nil {
 		return // still open
 	}
-	br.probes.Add(1)
 	pctx, cancel := context.WithTimeout(ctx, br.opts.ProbeTimeout)
 	start := time.Now()
 	err = br.pinger.Ping(pctx)
@@ -234,7 +204,6 @@ func (br *Breaker) probe(ctx context.Context) {
 		br.lastErr.Store(errBox{err})
 	} else {
 		br.streakStart.Store(0)
-		br.confirmed.Store(false)
 	}
 	done(err)
 }
@@ -252,9 +221,6 @@ func (br *Breaker) LastError() error {
 // the chain's MaxWait). Once the breaker is open it stays still until the
 // breaker closes again.
 func (br *Breaker) Waited() int64 { return br.waited.Load() }
-
-// Probes is the number of PING probes sent while the breaker was open.
-func (br *Breaker) Probes() int64 { return br.probes.Load() }
 
 // State is the breaker state: "closed", "open" or "half-open".
 func (br *Breaker) State() string { return br.cb.State().String() }

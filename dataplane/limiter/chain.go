@@ -111,13 +111,16 @@ func NewChain(opts ChainOptions) *Chain {
 	if !opts.Coalesce {
 		workers = max(workers, 64)
 	}
+	// One PING bound for the Batcher's "silent or late?" check and the
+	// breaker's probes.
+	ping := max(50*time.Millisecond, opts.Timeout)
 	c.batcher = NewBatcher(opts.Client, BatcherOptions{
-		Workers: workers, NoCoalesce: !opts.Coalesce, Timeout: opts.Timeout, PingTimeout: max(50*time.Millisecond, opts.Timeout),
+		Workers: workers, NoCoalesce: !opts.Coalesce, Timeout: opts.Timeout, PingTimeout: ping,
 		ExecTimeout: max(time.Second, 2*opts.MaxWait),
 	})
 	c.breaker = NewBreakers(c.batcher, opts.Client, c.batcher, BreakerOptions{
 		FailuresToOpen: opts.FailuresToOpen, MinFailingFor: max(25*time.Millisecond, opts.Timeout), OpenFor: opts.OpenFor,
-		ProbeTimeout:  max(50*time.Millisecond, opts.Timeout),
+		ProbeTimeout:  ping,
 		OnStateChange: opts.OnStateChange, ObserveRedis: opts.ObserveRedis,
 	})
 	c.cache = NewCache(c.breaker, CacheOptions{TTL: opts.PrefetchTTL, NoEmptyCache: !opts.EmptyBucketCache, Clock: opts.Clock})
@@ -178,9 +181,6 @@ func (c *Chain) Close() error {
 	return nil
 }
 
-// Redis reports whether decisions go to Redis (false: local only).
-func (c *Chain) Redis() bool { return c.cache != nil }
-
 // Stats are the Redis round trips, script calls and decisions sent.
 func (c *Chain) Stats() (roundTrips, commands, decisions int64) {
 	if c.batcher == nil {
@@ -212,9 +212,6 @@ func (c *Chain) Waited() int64 {
 	}
 	return c.breaker.Waited()
 }
-
-// Local is the chain's local fallback buckets.
-func (c *Chain) Local() *Local { return c.local }
 
 // redisGone reports whether err says Redis is not there: the connection
 // could not be made, or Redis closed it (the process died or restarted).

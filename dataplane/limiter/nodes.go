@@ -126,18 +126,6 @@ func (bs *Breakers) report() {
 	}()
 }
 
-// OpenNodes lists the nodes whose breaker is not closed ("" for a single
-// server).
-func (bs *Breakers) OpenNodes() []string {
-	var out []string
-	bs.each(func(br *Breaker) {
-		if br.State() != "closed" {
-			out = append(out, br.node)
-		}
-	})
-	return out
-}
-
 // Waited is the number of calls that went to Redis, all nodes together.
 func (bs *Breakers) Waited() int64 {
 	var n int64

@@ -169,14 +169,6 @@ func New(client kubernetes.Interface, opts Options) (*Membership, error) {
 	return m, nil
 }
 
-// Counted reports whether the Leases have been counted at least once (until
-// then Replicas is Options.UntilCounted).
-func (m *Membership) Counted() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.counted
-}
-
 func orDefault(d, def time.Duration) time.Duration {
 	if d == 0 {
 		return def
