@@ -37,6 +37,15 @@ type Options struct {
 	Pick func(n int) int
 }
 
+// Decision is the answer for one request: the limiter's outcome and the
+// capacity this gateway enforces for the rule (its region's share), the
+// figure the limit headers carry.
+type Decision struct {
+	limiter.Outcome
+	// Limit is the capacity this gateway enforces for the rule, at least 1.
+	Limit int64
+}
+
 // Engine decides. Safe for concurrent use.
 type Engine struct {
 	opts Options
@@ -57,11 +66,11 @@ func New(opts Options) *Engine {
 // valid ids. It returns the decision, with Limit set to the capacity this
 // gateway enforces (the region's share of the rule), and the rule. An error
 // comes only from a limiter without a failure mode (see limiter.Failover).
-func (e *Engine) Decide(ctx context.Context, tenant, route string, cost int64) (limiter.Decision, *snapshot.Rule, error) {
+func (e *Engine) Decide(ctx context.Context, tenant, route string, cost int64) (Decision, *snapshot.Rule, error) {
 	rule := e.opts.Rules.Lookup(tenant, route)
 	b, region := e.bucket(tenant, route, rule)
 	shards := max(1, int(rule.Shards))
-	var d limiter.Decision
+	var d limiter.Outcome
 	var err error
 	if shards == 1 {
 		b.Prefetch = e.batch(rule, b)
@@ -69,8 +78,7 @@ func (e *Engine) Decide(ctx context.Context, tenant, route string, cost int64) (
 	} else {
 		d, err = e.sharded(ctx, tenant, route, region, rule, b, shards, cost)
 	}
-	d.Limit = max(1, int64(b.Capacity))
-	return d, rule, err
+	return Decision{Outcome: d, Limit: max(1, int64(b.Capacity))}, rule, err
 }
 
 // bucket is the bucket this gateway uses for tenant on route: the whole rule,
@@ -89,14 +97,14 @@ func (e *Engine) bucket(tenant, route string, rule *snapshot.Rule) (limiter.Buck
 // sharded tries the shards of b, starting at a random one, until one has
 // the tokens: a sharded bucket only rejects when every shard is empty. The
 // limiter's empty-bucket cache makes shards known to be empty cost no call.
-func (e *Engine) sharded(ctx context.Context, tenant, route, region string, rule *snapshot.Rule, b limiter.Bucket, shards int, cost int64) (limiter.Decision, error) {
+func (e *Engine) sharded(ctx context.Context, tenant, route, region string, rule *snapshot.Rule, b limiter.Bucket, shards int, cost int64) (limiter.Outcome, error) {
 	sb := b
 	sb.Capacity = b.Capacity / float64(shards)
 	sb.RefillPeriodMs = b.RefillPeriodMs * int64(shards)
 	sb.Prefetch = e.batch(rule, sb)
 	sb.Shards, sb.WholeKey = shards, b.Key
 	start := e.opts.Pick(shards)
-	var last limiter.Decision
+	var last limiter.Outcome
 	retry := int64(-1)
 	for k := range shards {
 		sb.Key = limiter.ShardKey(tenant, route, region, (start+k)%shards)

@@ -128,7 +128,7 @@ func NewChain(opts ChainOptions) *Chain {
 }
 
 // Allow implements Limiter; the error is always nil.
-func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Decision, error) {
+func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Outcome, error) {
 	if c.cache == nil {
 		return c.local.Decide(b, cost), nil
 	}
@@ -147,22 +147,22 @@ func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Decision, erro
 	if !r.Cached {
 		c.local.Observe(b, r.Remaining)
 	}
-	return r.decision(cost), nil
+	return r.outcome(cost), nil
 }
 
 // fallback decides by the bucket's failure mode; down says the breaker is
 // open.
-func (c *Chain) fallback(b Bucket, cost int64, down bool) Decision {
+func (c *Chain) fallback(b Bucket, cost int64, down bool) Outcome {
 	switch b.FailureMode {
 	case snapshot.FailOpen:
-		return Decision{Allowed: true, Remaining: int64(b.Capacity), Source: SourceFailOpen}
+		return Outcome{Allowed: true, Remaining: int64(b.Capacity), Source: SourceFailOpen}
 	case snapshot.FailClosed:
-		return Decision{RetryAfter: c.opts.FailClosedRetryAfter, Source: SourceFailClosed}
+		return Outcome{RetryAfter: c.opts.FailClosedRetryAfter, Source: SourceFailClosed}
 	}
 	if down {
 		return c.local.Decide(b, cost)
 	}
-	return Decision{RetryAfter: time.Second, Source: SourceLocal}
+	return Outcome{RetryAfter: time.Second, Source: SourceLocal}
 }
 
 // Run probes Redis in the background while the breaker is open, until ctx

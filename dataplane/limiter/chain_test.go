@@ -25,7 +25,7 @@ func newTestChain(t *testing.T, srv *redistest.Server) *testChain {
 // testChain adds Decide (Allow without the error, which is always nil).
 type testChain struct{ *Chain }
 
-func (c *testChain) Decide(ctx context.Context, b Bucket, cost int64) Decision {
+func (c *testChain) Decide(ctx context.Context, b Bucket, cost int64) Outcome {
 	d, _ := c.Allow(ctx, b, cost)
 	return d
 }

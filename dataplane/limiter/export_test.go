@@ -13,10 +13,10 @@ type allower struct{ Taker }
 
 func allow(t Taker) allower { return allower{t} }
 
-func (a allower) Allow(ctx context.Context, b Bucket, cost int64) (Decision, error) {
+func (a allower) Allow(ctx context.Context, b Bucket, cost int64) (Outcome, error) {
 	r, err := a.Take(ctx, b, cost, cost)
 	if err != nil {
-		return Decision{}, err
+		return Outcome{}, err
 	}
-	return r.decision(cost), nil
+	return r.outcome(cost), nil
 }

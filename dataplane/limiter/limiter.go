@@ -116,13 +116,11 @@ func (s Source) String() string {
 	return "unknown"
 }
 
-// Decision is the answer for one request.
-type Decision struct {
+// Outcome is the limiter's answer for one request on one bucket. The
+// decision engine adds the rule's limit to it (decision.Decision).
+type Outcome struct {
 	// Allowed is true when the request may pass.
 	Allowed bool
-	// Limit is the capacity this gateway enforces for the rule (its region's
-	// share). Only the decision engine sets it.
-	Limit int64
 	// Remaining is the number of whole tokens left after this request.
 	Remaining int64
 	// RetryAfter is, for a rejected request, the time until the bucket holds
@@ -141,7 +139,7 @@ type Limiter interface {
 	// The gateway calls it once per request, from many goroutines at once.
 	// An error means no decision could be made; Chain never returns one (it
 	// applies the rule's failure mode instead).
-	Allow(ctx context.Context, b Bucket, cost int64) (Decision, error)
+	Allow(ctx context.Context, b Bucket, cost int64) (Outcome, error)
 }
 
 // Taker takes tokens from the shared buckets. Every layer below the chain's
@@ -169,10 +167,10 @@ type TakeResult struct {
 	Cached bool
 }
 
-// decision turns the answer to a Take of cost into a Decision decided by
-// Redis. Limit is left to the decision engine.
-func (r TakeResult) decision(cost int64) Decision {
-	d := Decision{
+// outcome turns the answer to a Take of cost into an Outcome decided by
+// Redis.
+func (r TakeResult) outcome(cost int64) Outcome {
+	d := Outcome{
 		Allowed:    r.Granted >= cost,
 		Remaining:  r.Remaining,
 		ResetAfter: time.Duration(r.ResetMs) * time.Millisecond,

@@ -79,7 +79,7 @@ func NewLocal(opts LocalOptions) *Local {
 }
 
 // Allow implements Limiter; it never fails.
-func (l *Local) Allow(_ context.Context, b Bucket, cost int64) (Decision, error) {
+func (l *Local) Allow(_ context.Context, b Bucket, cost int64) (Outcome, error) {
 	return l.Decide(b, cost), nil
 }
 
@@ -143,7 +143,7 @@ func (l *Local) Unsure(b Bucket) {
 }
 
 // Decide takes cost tokens from the local bucket of b.
-func (l *Local) Decide(b Bucket, cost int64) Decision {
+func (l *Local) Decide(b Bucket, cost int64) Outcome {
 	key, capacity, perMs, _ := l.share(&b)
 	now := l.opts.Clock()
 
@@ -152,7 +152,7 @@ func (l *Local) Decide(b Bucket, cost int64) Decision {
 	defer sh.mu.Unlock()
 	bk := l.bucket(sh, key, capacity, perMs, now)
 
-	d := Decision{Source: SourceLocal}
+	d := Outcome{Source: SourceLocal}
 	if bk.tokens >= float64(cost) {
 		bk.tokens -= float64(cost)
 		d.Allowed = true

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/dataplane/decision"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -29,7 +29,7 @@ const (
 
 // RemainingOf is the remaining count a response reports for decision d: what
 // the deciding bucket has left, 0 for a rejected request.
-func RemainingOf(d limiter.Decision) int64 {
+func RemainingOf(d decision.Decision) int64 {
 	if !d.Allowed {
 		return 0
 	}
@@ -40,7 +40,7 @@ func RemainingOf(d limiter.Decision) int64 {
 // until enough tokens exist, rounded up, at least 1. ok is false when the
 // request can never pass (its cost exceeds the capacity): send no
 // Retry-After then.
-func RetryAfterSeconds(d limiter.Decision) (seconds int64, ok bool) {
+func RetryAfterSeconds(d decision.Decision) (seconds int64, ok bool) {
 	if d.RetryAfter < 0 {
 		return 0, false
 	}
@@ -53,7 +53,7 @@ func RetryAfterSeconds(d limiter.Decision) (seconds int64, ok bool) {
 // seconds a full refill of the rule takes):
 //
 //	"create-order";q=200;w=2
-func Policy(name string, rule *snapshot.Rule, d limiter.Decision) string {
+func Policy(name string, rule *snapshot.Rule, d decision.Decision) string {
 	window := int64(math.Ceil(float64(rule.Capacity) / rule.RatePerSecond()))
 	return `"` + name + `";q=` + strconv.FormatInt(d.Limit, 10) + ";w=" + strconv.FormatInt(window, 10)
 }
@@ -62,7 +62,7 @@ func Policy(name string, rule *snapshot.Rule, d limiter.Decision) string {
 // and t seconds until the bucket is full again:
 //
 //	"create-order";r=150;t=1
-func State(name string, d limiter.Decision) string {
+func State(name string, d decision.Decision) string {
 	return `"` + name + `";r=` + strconv.FormatInt(RemainingOf(d), 10) + ";t=" + strconv.FormatInt(CeilSeconds(d.ResetAfter), 10)
 }
 

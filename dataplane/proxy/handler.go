@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate-dev/tollgate/dataplane/decision"
 	"github.com/tollgate-dev/tollgate/dataplane/httpguard"
 	"github.com/tollgate-dev/tollgate/dataplane/identity"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
@@ -53,7 +54,7 @@ type Options struct {
 // Decider makes the rate limit decision of one request; decision.Engine
 // implements it.
 type Decider interface {
-	Decide(ctx context.Context, tenant, route string, cost int64) (limiter.Decision, *snapshot.Rule, error)
+	Decide(ctx context.Context, tenant, route string, cost int64) (decision.Decision, *snapshot.Rule, error)
 }
 
 // Handler is the gateway's http.Handler.

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/dataplane/decision"
 	"github.com/tollgate-dev/tollgate/dataplane/limitheaders"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
@@ -40,7 +40,7 @@ var ownHeaders = []string{headerLimit, headerRemaining, headerIETF, headerIETFPo
 //
 // The values are formatted by package limitheaders, shared with the Envoy
 // rate limit service.
-func setLimitHeaders(h http.Header, route string, rule *snapshot.Rule, d limiter.Decision, ietf bool) {
+func setLimitHeaders(h http.Header, route string, rule *snapshot.Rule, d decision.Decision, ietf bool) {
 	h[headerLimit] = []string{strconv.FormatInt(d.Limit, 10)}
 	h[headerRemaining] = []string{strconv.FormatInt(limitheaders.RemainingOf(d), 10)}
 	if ietf {
@@ -52,7 +52,7 @@ func setLimitHeaders(h http.Header, route string, rule *snapshot.Rule, d limiter
 // setRetryAfter writes Retry-After for a rejected decision: the seconds until
 // enough tokens exist, rounded up, at least 1. A request that can never pass
 // (cost above capacity) gets none.
-func setRetryAfter(h http.Header, d limiter.Decision) {
+func setRetryAfter(h http.Header, d decision.Decision) {
 	if s, ok := limitheaders.RetryAfterSeconds(d); ok {
 		h[headerRetryAfter] = []string{strconv.FormatInt(s, 10)}
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/dataplane/decision"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
@@ -228,9 +229,9 @@ func TestRateUnit(t *testing.T) {
 // okDecider admits everything; for tests that never reach Redis.
 type okDecider struct{}
 
-func (okDecider) Decide(_ context.Context, tenant, route string, cost int64) (limiter.Decision, *snapshot.Rule, error) {
+func (okDecider) Decide(_ context.Context, tenant, route string, cost int64) (decision.Decision, *snapshot.Rule, error) {
 	rule := &snapshot.Rule{Tenant: tenant, Route: route, Capacity: 10, RefillTokens: 1, RefillPeriodMs: 1000}
-	return limiter.Decision{Allowed: true, Limit: 10, Remaining: 10 - cost}, rule, nil
+	return decision.Decision{Outcome: limiter.Outcome{Allowed: true, Remaining: 10 - cost}, Limit: 10}, rule, nil
 }
 
 func TestServerRefusesWithInvalidArgument(t *testing.T) {
@@ -317,8 +318,8 @@ func FuzzParseDomains(f *testing.F) {
 // failingDecider stands for a limiter without a failure mode.
 type failingDecider struct{}
 
-func (failingDecider) Decide(context.Context, string, string, int64) (limiter.Decision, *snapshot.Rule, error) {
-	return limiter.Decision{}, nil, context.DeadlineExceeded
+func (failingDecider) Decide(context.Context, string, string, int64) (decision.Decision, *snapshot.Rule, error) {
+	return decision.Decision{}, nil, context.DeadlineExceeded
 }
 
 func TestServerLimiterErrorIsUnavailable(t *testing.T) {

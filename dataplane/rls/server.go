@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tollgate-dev/tollgate/dataplane/decision"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/limitheaders"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
@@ -40,7 +41,7 @@ const logInterval = 10 * time.Second
 
 // Decider makes one rate limit decision; decision.Engine implements it.
 type Decider interface {
-	Decide(ctx context.Context, tenant, route string, cost int64) (limiter.Decision, *snapshot.Rule, error)
+	Decide(ctx context.Context, tenant, route string, cost int64) (decision.Decision, *snapshot.Rule, error)
 }
 
 // Options configure a Server. Decider is required.
@@ -84,7 +85,7 @@ var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
 // decided is one descriptor's decision.
 type decided struct {
 	t      Target
-	d      limiter.Decision
+	d      decision.Decision
 	rule   *snapshot.Rule
 	over   bool // enforced rejection: OVER_LIMIT
 	shadow bool // a Shadow rule would have rejected
