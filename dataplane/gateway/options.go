@@ -149,7 +149,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Batching, "redis-batching", true,
 		"Save Redis round trips under load: concurrent requests for one bucket share a script call. Exact either way; false sends one script call per request (the classic design).")
 	fs.IntVar(&o.Pipelines, "redis-pipelines", 4, "Calls (pipelines) in flight to Redis at once; with --redis-batching=false at least 64 are used.")
-	fs.DurationVar(&o.PrefetchTTL, "prefetch-ttl", 250*time.Millisecond, "How long tokens prefetched for a hotKey rule stay usable before they are dropped.")
+	fs.DurationVar(&o.PrefetchTTL, "prefetch-ttl", 250*time.Millisecond, "How long tokens prefetched for a hotKey rule, or granted by Redis after their request was already answered (Redis stalled), stay usable for the next requests of the bucket before they are dropped.")
 	fs.StringVar(&o.Region, "region", "",
 		"This gateway's region: rules with spec.regions are enforced at this region's share, with keys of their own. Default: none (whole limits).")
 

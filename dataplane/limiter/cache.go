@@ -25,8 +25,12 @@ type lateTaker interface {
 //   - Prefetch: for buckets with Prefetch > 1, one call takes up to Prefetch
 //     tokens and the next requests spend them locally. Concurrent requests
 //     wait for the one call in flight instead of sending their own. Tokens
-//     not spent within TTL are dropped. A batch whose reply comes after the
-//     request that asked for it gave up is kept for the next requests.
+//     not spent within TTL are dropped.
+//   - Late grants: tokens Redis granted to a call whose request had already
+//     been answered otherwise (Redis stalled, then ran the call) are kept
+//     for the next requests of the bucket, like prefetched tokens: they
+//     were taken in Redis, so spending them here keeps the cluster exact,
+//     and dropping them would reject requests the limit allows.
 //
 // Answers given from what the Cache knows are marked Cached: they say
 // nothing about Redis's health. Safe for concurrent use.
@@ -39,8 +43,12 @@ type Cache struct {
 
 // CacheOptions configure Cache.
 type CacheOptions struct {
-	// TTL is how long prefetched tokens stay usable. Default 250ms.
+	// TTL is how long prefetched tokens and late grants stay usable.
+	// Default 250ms.
 	TTL time.Duration
+	// Late, when set, hears what Redis said in a reply that came after its
+	// request was answered otherwise (the chain's local mirror of Redis).
+	Late func(b Bucket, remaining int64)
 	// NoEmptyCache disables the empty-bucket cache (the classic design:
 	// every request asks Redis).
 	NoEmptyCache bool
@@ -108,7 +116,7 @@ func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, 
 			sh.mu.Unlock()
 			return TakeResult{WaitMs: ceilMs(wait), ResetMs: ceilMs(resetAfter(b, 0)), Cached: true}, nil
 		}
-		if b.Prefetch > 1 && e.tokens >= cost && now.Before(e.expires) {
+		if e.tokens >= cost && now.Before(e.expires) {
 			e.tokens -= cost
 			r := TakeResult{Granted: cost, Remaining: e.remaining + e.tokens, Cached: true}
 			r.ResetMs = ceilMs(resetAfter(b, float64(r.Remaining)))
@@ -143,7 +151,7 @@ func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, 
 func (c *Cache) fetch(ctx context.Context, sh *cacheShard, b Bucket, cost, want int64, done chan struct{}) (TakeResult, error) {
 	var r TakeResult
 	var err error
-	if lt, ok := c.next.(lateTaker); ok && want > cost {
+	if lt, ok := c.next.(lateTaker); ok {
 		r, err = lt.TakeLate(ctx, b, cost, want, func(late TakeResult) { c.keepLate(sh, b, late) })
 	} else {
 		r, err = c.next.Take(ctx, b, cost, want)
@@ -173,14 +181,18 @@ func (c *Cache) fetch(ctx context.Context, sh *cacheShard, b Bucket, cost, want 
 	return r, nil
 }
 
-// keepLate keeps the tokens of a prefetch whose requester gave up.
+// keepLate keeps the tokens of a call whose request was answered before
+// Redis replied.
 func (c *Cache) keepLate(sh *cacheShard, b Bucket, r TakeResult) {
 	now := c.opts.Clock()
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	e := sh.entry(b, now, c.opts.MaxEntries)
 	e.keep(r.Granted, now, c.opts.TTL)
 	e.remaining = r.Remaining
+	sh.mu.Unlock()
+	if c.opts.Late != nil {
+		c.opts.Late(b, r.Remaining)
+	}
 }
 
 // keep adds prefetched tokens, usable for ttl.

@@ -73,7 +73,9 @@ type ChainOptions struct {
 	// EmptyBucketCache rejects requests against a bucket Redis reported
 	// empty without asking it again until it can refill.
 	EmptyBucketCache bool
-	// PrefetchTTL is how long prefetched tokens stay usable. Default 250ms.
+	// PrefetchTTL is how long prefetched tokens, and tokens Redis granted
+	// to a call after its request was answered (a stall), stay usable.
+	// Default 250ms.
 	PrefetchTTL time.Duration
 
 	// FailuresToOpen, OpenFor: see BreakerOptions.
@@ -123,7 +125,9 @@ func NewChain(opts ChainOptions) *Chain {
 		ProbeTimeout:  ping,
 		OnStateChange: opts.OnStateChange, ObserveRedis: opts.ObserveRedis,
 	})
-	c.cache = NewCache(c.breaker, CacheOptions{TTL: opts.PrefetchTTL, NoEmptyCache: !opts.EmptyBucketCache, Clock: opts.Clock})
+	c.cache = NewCache(c.breaker, CacheOptions{
+		TTL: opts.PrefetchTTL, NoEmptyCache: !opts.EmptyBucketCache, Clock: opts.Clock, Late: c.local.Observe,
+	})
 	return c
 }
 

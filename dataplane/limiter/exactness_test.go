@@ -105,3 +105,50 @@ func TestErrorsNeverNameTheTenant(t *testing.T) {
 		}
 	}
 }
+
+// TestLateGrantsAreNotLost: a request whose call Redis answers only after a
+// stall is rejected (the breaker is closed: Redis is not known down), but
+// the call still runs when Redis resumes and takes its token. That token
+// must serve the next request of the bucket, not be lost: over the
+// bucket's life the chain admits exactly its capacity, no fewer.
+func TestLateGrantsAreNotLost(t *testing.T) {
+	srv := redistest.Start(t)
+	c := NewChain(ChainOptions{
+		Client: srv.Client(t), Coalesce: true, EmptyBucketCache: true,
+		Timeout: 20 * time.Millisecond, MaxWait: 3 * time.Second, PrefetchTTL: 5 * time.Second,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	b := Bucket{Key: Key("t", "late"), Capacity: 3, RefillTokens: 1, RefillPeriodMs: 3600_000}
+	if d, _ := c.Allow(ctx, b, 1); !d.Allowed {
+		t.Fatalf("first request: %+v", d)
+	}
+	srv.Pause()
+	d, _ := c.Allow(ctx, b, 1) // fails after Timeout + the PING's bound
+	srv.Resume()
+	if d.Allowed {
+		t.Fatalf("request during the stall: %+v, want rejected (its call may still run)", d)
+	}
+	// The stalled call runs now and takes a token; wait until it has.
+	rc := srv.Client(t)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		tokens, err := rc.HGet(ctx, b.Key, "tokens").Float64()
+		if err == nil && tokens < 1.5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stalled call never ran: tokens %v (%v)", tokens, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	admitted := 1
+	for range 5 {
+		if d, _ := c.Allow(ctx, b, 1); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != int(b.Capacity) {
+		t.Errorf("admitted %d over the bucket's life, want its capacity %v (a late grant was lost)", admitted, b.Capacity)
+	}
+}
