@@ -4,16 +4,24 @@
 -- ARGV[1]  capacity         bucket size, tokens (integer >= 1)
 -- ARGV[2]  refill tokens    tokens added per refill period (integer >= 1)
 -- ARGV[3]  refill period    milliseconds (integer >= 1)
--- ARGV[4]  cost             tokens this call needs at least (integer >= 1)
+-- ARGV[4]  cost             tokens this call needs at least (integer >= 1);
+--                           negative: give -cost tokens back, up to the
+--                           capacity (a request spread over the shards of a
+--                           bucket that did not get all it needed)
 -- ARGV[5]  want             tokens to take at most when available (>= cost);
 --                           equal to cost for one plain request, larger when
 --                           a gateway takes a batch for several requests
 -- ARGV[6]  deadline         Redis time (ms) after which the caller has given
 --                           up; a call that runs later changes nothing and
 --                           returns granted = -1. 0: no deadline.
+-- ARGV[7]  unit             cost, want and granted count 1/unit tokens
+--                           (default 1: whole tokens). A request spread over
+--                           the shards of a bucket takes fractions of a
+--                           token, so that shards of 2.5 tokens can serve a
+--                           cost of 10.
 --
 -- Returns {granted, remaining, wait_ms, reset_ms, now_ms}:
---   granted    tokens taken: 0 (rejected), or between cost and want
+--   granted    tokens taken (in units): 0 (rejected), or between cost and want
 --   remaining  tokens left after the call, floored
 --   wait_ms    milliseconds until cost tokens exist after this call: for a
 --              rejected call the wait before retrying, for a granted one
@@ -33,8 +41,9 @@
 
 local capacity = tonumber(ARGV[1])
 local per_ms = tonumber(ARGV[2]) / tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
-local want = tonumber(ARGV[5])
+local unit = tonumber(ARGV[7]) or 1
+local cost = tonumber(ARGV[4]) / unit
+local want = tonumber(ARGV[5]) / unit
 local deadline = tonumber(ARGV[6]) or 0
 
 local t = redis.call('TIME')
@@ -61,13 +70,22 @@ if elapsed < 0 then
 end
 tokens = math.min(capacity, tokens + elapsed * per_ms)
 
+local ttl = math.max(1000, 2 * math.ceil(capacity / per_ms))
+if cost < 0 then
+  tokens = math.min(capacity, tokens - cost)
+  redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  return {0, math.floor(tokens), 0, math.ceil((capacity - tokens) / per_ms), now}
+end
+
 -- Nothing is written on rejection: the stored state, refilled from its own
 -- ts, gives the same tokens at any later time.
-local ttl = math.max(1000, 2 * math.ceil(capacity / per_ms))
 local granted = 0
 if tokens >= cost then
-  granted = math.min(want, math.floor(tokens))
-  tokens = tokens - granted
+  -- Whole units only (tokens may be fractional); the epsilon keeps a
+  -- float's rounding (2.9999999) from losing a unit.
+  granted = math.min(want * unit, math.floor(tokens * unit + 1e-6))
+  tokens = tokens - granted / unit
   redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
   redis.call('PEXPIRE', KEYS[1], ttl)
 elseif state[1] then

@@ -104,6 +104,16 @@ func (e *Engine) sharded(ctx context.Context, tenant, route, region string, rule
 	sb.Prefetch = e.batch(rule, sb)
 	sb.Shards, sb.WholeKey = shards, b.Key
 	start := e.opts.Pick(shards)
+	if sp, ok := e.opts.Limiter.(limiter.Spreader); ok && float64(cost) > math.Floor(sb.Capacity) {
+		// No shard can ever hold cost tokens (a shard grants whole
+		// tokens): take them from several.
+		all := make([]limiter.Bucket, shards)
+		for k := range all {
+			all[k] = sb
+			all[k].Key = limiter.ShardKey(tenant, route, region, (start+k)%shards)
+		}
+		return sp.AllowSpread(ctx, all, cost)
+	}
 	var last limiter.Outcome
 	retry := int64(-1)
 	for k := range shards {

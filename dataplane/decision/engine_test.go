@@ -137,9 +137,14 @@ func TestShardingRejectsOnlyWhenEveryShardIsEmpty(t *testing.T) {
 	}
 }
 
+// TestShardedAccuracy: four gateways, each with four senders asking as fast
+// as they can (pausing briefly on a rejection), admit what a single bucket
+// would. The capacity holds two seconds of refill, so a sender stalled by a
+// loaded machine loses no token to a full bucket, and the rate is low
+// enough for a loaded machine under the race detector to keep up with.
 func TestShardedAccuracy(t *testing.T) {
 	srv := redistest.Start(t)
-	const capacity, perSecond = 40, 400
+	const capacity, perSecond = 200, 100
 	rule := &oneRule{snapshot.Rule{Tenant: "*", Route: "*", Capacity: capacity, RefillTokens: perSecond, RefillPeriodMs: 1000, Shards: 4}}
 	var engines []*decision.Engine
 	for range 4 {
@@ -155,17 +160,17 @@ func TestShardedAccuracy(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				// Paced at twice the rate in all (16 senders).
-				tick := time.NewTicker(time.Second / (2 * perSecond / 16))
-				defer tick.Stop()
 				for {
 					select {
 					case <-stop:
 						return
-					case <-tick.C:
+					default:
 					}
-					if d, _, _ := e.Decide(context.Background(), "t", "r", 1); d.Allowed {
+					d, _, _ := e.Decide(context.Background(), "t", "r", 1)
+					if d.Allowed {
 						admitted.Add(1)
+					} else {
+						time.Sleep(min(max(d.RetryAfter, time.Millisecond), 10*time.Millisecond))
 					}
 				}
 			}()
@@ -264,4 +269,121 @@ func nodeOf(t *testing.T, c *redis.ClusterClient, key string) string {
 	}
 	t.Fatalf("no node serves slot %d", slot)
 	return ""
+}
+
+// TestCostAboveOneShard: a cost larger than one shard's capacity but within
+// the rule's is served from several shards; it must pass while the rule has
+// the tokens, be rejected with a finite Retry-After when it has not, and
+// take from Redis exactly what the admitted requests cost.
+func TestCostAboveOneShard(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		capacity       int64
+		shards         int32
+		cost           int64
+		admittedAtOnce int // requests of cost that pass on a full bucket
+	}{
+		{"cost 3, capacity 10, 4 shards of 2.5", 10, 4, 3, 3},
+		{"cost 10 = capacity, 4 shards", 10, 4, 10, 1},
+		{"cost 7, capacity 64, 64 shards of 1", 64, 64, 7, 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			rule := &oneRule{snapshot.Rule{Tenant: "*", Route: "*", Capacity: tc.capacity, RefillTokens: 1, RefillPeriodMs: 3600_000, Shards: tc.shards}}
+			e := decision.New(decision.Options{Rules: rule, Limiter: chain(t, srv.Client(t))})
+			ctx := context.Background()
+			admitted := 0
+			for range tc.admittedAtOnce + 3 {
+				d, _, err := e.Decide(ctx, "t", "r", tc.cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					admitted++
+					continue
+				}
+				if d.RetryAfter <= 0 || d.RetryAfter > time.Duration(tc.cost)*time.Hour {
+					t.Errorf("rejected with Retry-After %v, want finite and positive (at most %d h of refill)", d.RetryAfter, tc.cost)
+				}
+			}
+			if admitted != tc.admittedAtOnce {
+				t.Errorf("admitted %d requests of cost %d, want %d", admitted, tc.cost, tc.admittedAtOnce)
+			}
+			// Redis holds what was not taken: the admitted cost, no more
+			// (a rejected request gives back what it took from some shards).
+			var left float64
+			for i := range int(tc.shards) {
+				v, err := srv.Client(t).HGet(ctx, limiter.ShardKey("t", "r", "", i), "tokens").Float64()
+				if err != nil {
+					v = float64(tc.capacity) / float64(tc.shards) // never touched: full
+				}
+				left += v
+			}
+			if want := float64(tc.capacity - int64(admitted)*tc.cost); left < want-0.01 || left > want+0.01 {
+				t.Errorf("Redis holds %.2f tokens, want %.2f (capacity − admitted cost)", left, want)
+			}
+		})
+	}
+}
+
+// TestCostAboveOneShardLongRun: spread requests from several goroutines and
+// gateways hold the rule's long-run rate: the cost admitted is the
+// capacity plus the refill over the run (give-backs of racing requests may
+// reject a request for a moment, never admit one beyond the limit).
+func TestCostAboveOneShardLongRun(t *testing.T) {
+	srv := redistest.Start(t)
+	// 64 shards of 15.6 tokens, a cost of 20; a second of refill fits in
+	// the bucket, so a stalled test loses no token to a full bucket.
+	const capacity, perSecond, cost = 1000, 1000, 20
+	rule := &oneRule{snapshot.Rule{Tenant: "*", Route: "*", Capacity: capacity, RefillTokens: perSecond, RefillPeriodMs: 1000, Shards: 64}}
+	var engines []*decision.Engine
+	for range 2 {
+		engines = append(engines, decision.New(decision.Options{Rules: rule, Limiter: chain(t, srv.Client(t))}))
+	}
+	warmUp(t, engines)
+	var admitted atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	t0 := redisTime(t, srv.Client(t))
+	for _, e := range engines {
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					d, _, err := e.Decide(context.Background(), "t", "r", cost)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(cost)
+					} else if d.RetryAfter <= 0 {
+						t.Errorf("rejected without a Retry-After: %+v", d)
+						return
+					} else {
+						time.Sleep(min(d.RetryAfter, 50*time.Millisecond))
+					}
+				}
+			}()
+		}
+	}
+	time.Sleep(2 * time.Second)
+	tStop := redisTime(t, srv.Client(t))
+	close(stop)
+	wg.Wait()
+	low := capacity + perSecond*tStop.Sub(t0).Seconds()
+	high := capacity + perSecond*redisTime(t, srv.Client(t)).Sub(t0).Seconds()
+	got := float64(admitted.Load())
+	t.Logf("spread: admitted cost %.0f, ideal %.0f to %.0f", got, low, high)
+	// Below: what the bucket holds at the end (less than one cost) and
+	// what the six racing requests held when the run stopped.
+	if got > high || got < low-7*cost {
+		t.Fatalf("admitted cost %.0f, ideal %.0f to %.0f", got, low, high)
+	}
 }

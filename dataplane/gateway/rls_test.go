@@ -132,6 +132,32 @@ func TestRLSMultipleDescriptors(t *testing.T) {
 	}
 }
 
+// TestRLSCostAboveOneShard: hits_addend 3 on a rule of capacity 10 split
+// into 4 shards of 2.5 tokens: no shard can hold 3 tokens, yet the rule can
+// serve three such requests. It did not (a permanent OVER_LIMIT): now the
+// request takes from several shards, and the fourth is over the limit with
+// a finite Retry-After.
+func TestRLSCostAboveOneShard(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEnv(t, "http://127.0.0.1:1", rule("t", "*", "r", 10, "refill: {tokens: 1, period: 1h}", "hotKey: {shards: 4}"))
+	gw := start(t, e.rlsOptions(srv.Addr()), testLogger(t))
+	c := rlsClient(t, gw)
+	for i := range 3 {
+		if res := call(t, c, "envoy", 3, tr("t", "r")); res.OverallCode != ok {
+			t.Fatalf("request %d of cost 3: %v, want OK", i+1, res.OverallCode)
+		}
+	}
+	res := call(t, c, "envoy", 3, tr("t", "r"))
+	if res.OverallCode != over {
+		t.Fatalf("fourth request of cost 3: %v, want OVER_LIMIT", res.OverallCode)
+	}
+	// 1 token left, 2 missing at 1 per hour: two hours (a second more for
+	// the thousandths of a token the shards keep).
+	if h := headers(t, res)["Retry-After"]; h != "7200" && h != "7201" {
+		t.Fatalf("Retry-After %q, want 7200 (two missing tokens at one per hour)", h)
+	}
+}
+
 func TestRLSHitsAddend(t *testing.T) {
 	srv := redistest.Start(t)
 	e := newEnv(t, "http://127.0.0.1:1", rule("t", "*", "r", 10, slow))

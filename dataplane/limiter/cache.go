@@ -254,3 +254,13 @@ func resetAfter(b Bucket, tokens float64) time.Duration {
 	perMs := float64(b.RefillTokens) / float64(b.RefillPeriodMs)
 	return msDuration(max(0, b.Capacity-tokens) / perMs)
 }
+
+// Refilled forgets that b is empty: tokens were given back to it.
+func (c *Cache) Refilled(b Bucket) {
+	sh := &c.shards[maphash.String(c.seed, b.Key)%cacheShards]
+	sh.mu.Lock()
+	if e := sh.entries[b.Key]; e != nil {
+		e.emptyUntil = time.Time{}
+	}
+	sh.mu.Unlock()
+}

@@ -34,6 +34,9 @@ type Bucket struct {
 	// WholeKey is the key of the unsharded bucket when Shards > 1; the
 	// local fallback uses it.
 	WholeKey string
+	// Unit makes a Take's cost, want and granted count 1/Unit tokens (0 or
+	// 1: whole tokens). A request spread over shards takes fractions.
+	Unit int64
 
 	// node is the Redis node that holds Key (its address in a Cluster, ""
 	// otherwise), set by the per-node breakers for the Batcher.

@@ -22,7 +22,7 @@ var tokenBucket = redis.NewScript(lua.TokenBucket)
 
 // scriptArgs are the script's ARGV for a Take of b.
 func scriptArgs(b *Bucket, cost, want, deadlineMs int64) []any {
-	return []any{b.Capacity, b.RefillTokens, b.RefillPeriodMs, cost, want, deadlineMs}
+	return []any{b.Capacity, b.RefillTokens, b.RefillPeriodMs, cost, want, deadlineMs, max(1, b.Unit)}
 }
 
 // errExpired is the reply of a call that reached Redis after its deadline:

@@ -1,0 +1,107 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+)
+
+// Spreader serves one request from several shards of a bucket: a cost
+// larger than one shard can ever hold, but within the whole bucket. Chain
+// implements it.
+type Spreader interface {
+	// AllowSpread takes cost tokens from shards together, trying them in
+	// order, or none. Every shard is one shard of the same bucket (same
+	// WholeKey, Shards, Capacity and refill).
+	AllowSpread(ctx context.Context, shards []Bucket, cost int64) (Outcome, error)
+}
+
+// spreadUnit is the fraction of a token a spread request takes: shards of
+// fractional size (10 tokens in 4 shards of 2.5) give all they hold.
+const spreadUnit = 1000
+
+// AllowSpread implements Spreader. It takes what each shard holds (one call
+// per shard, in thousandths of a token) until the cost is covered. When the
+// shards together hold less, it gives back what it took and rejects, with a
+// Retry-After of the missing tokens at the whole bucket's refill rate. Two
+// spread requests racing for the last tokens can both be rejected for a
+// moment (each gives back what the other needed): fewer admissions, never
+// more. A failure of Redis on any shard gives back what was taken and
+// applies the rule's failure mode to the whole request, as Allow does.
+func (c *Chain) AllowSpread(ctx context.Context, shards []Bucket, cost int64) (Outcome, error) {
+	if len(shards) == 0 {
+		return Outcome{}, errors.New("limiter: AllowSpread without shards")
+	}
+	first := shards[0]
+	n := int64(max(1, first.Shards))
+	whole := first.Capacity * float64(n)
+	// The whole bucket's refill, per millisecond.
+	perMs := float64(first.RefillTokens) / float64(first.RefillPeriodMs) * float64(n)
+	if c.cache == nil {
+		return c.local.Decide(first, cost), nil // the local bucket covers the whole rule
+	}
+	if float64(cost) > whole {
+		// Never, as Redis answers for one bucket: no Retry-After is true.
+		return Outcome{RetryAfter: -1, ResetAfter: msDuration(whole / perMs), Source: SourceRedis}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.MaxWait)
+	defer cancel()
+	need := cost * spreadUnit
+	var took []part
+	var remaining int64
+	for i, b := range shards {
+		b.Unit = spreadUnit
+		r, err := c.breaker.Take(ctx, b, 1, need)
+		if err != nil {
+			c.giveBack(took)
+			down := errors.Is(err, ErrOpen) || redisGone(err)
+			if !down {
+				c.local.Unsure(b)
+			}
+			return c.fallback(first, cost, down), nil
+		}
+		c.local.Observe(b, r.Remaining)
+		remaining += r.Remaining
+		if r.Granted > 0 {
+			took = append(took, part{b, r.Granted})
+			need -= r.Granted
+		}
+		if need <= 0 {
+			// Remaining is an estimate: the shards asked, scaled to all.
+			est := remaining * n / int64(i+1)
+			return Outcome{Allowed: true, Remaining: est, ResetAfter: msDuration((whole - float64(est)) / perMs), Source: SourceRedis}, nil
+		}
+	}
+	c.giveBack(took)
+	missing := float64(need) / spreadUnit
+	return Outcome{
+		Remaining:  int64(float64(cost) - missing),
+		RetryAfter: time.Duration(math.Ceil(missing/perMs)) * time.Millisecond,
+		ResetAfter: msDuration((whole - float64(cost) + missing) / perMs),
+		Source:     SourceRedis,
+	}, nil
+}
+
+// part is what a spread request took from one shard, in units.
+type part struct {
+	b     Bucket
+	units int64
+}
+
+// giveBack returns what a rejected spread request took, on a context of
+// its own (the request's may be over): a give-back that fails leaves those
+// tokens taken (fewer admissions, never more).
+func (c *Chain) giveBack(took []part) {
+	if len(took) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.MaxWait)
+	defer cancel()
+	for _, p := range took {
+		c.cache.Refilled(p.b)
+		if r, err := c.breaker.Take(ctx, p.b, -p.units, -p.units); err == nil {
+			c.local.Observe(p.b, r.Remaining)
+		}
+	}
+}
