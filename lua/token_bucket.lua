@@ -1,7 +1,13 @@
 -- tollgate token bucket: refill, take, store, in one atomic call.
 --
--- KEYS[1]  the bucket's key, rl:{<tenant>}:<route>
--- ARGV[1]  capacity         bucket size, tokens (integer >= 1)
+-- KEYS[1]  the hash that holds the bucket: rl:{<tenant>} (all of a tenant's
+--          unsharded buckets, one field each), or the shard's own key
+--          rl:<tenant>:<route>[@<region>]:<i>
+-- KEYS[2]  where the bucket lived before (tollgate 0.1: a hash {tokens, ts}
+--          at rl:{<tenant>}:<route>, or the shard's key); read once when
+--          the field does not exist yet, then removed, so that a bucket
+--          does not come back full at an upgrade. Same slot as KEYS[1].
+-- ARGV[1]  capacity         bucket size, tokens (> 0, may be fractional)
 -- ARGV[2]  refill tokens    tokens added per refill period (integer >= 1)
 -- ARGV[3]  refill period    milliseconds (integer >= 1)
 -- ARGV[4]  cost             tokens this call needs at least (integer >= 1);
@@ -15,10 +21,12 @@
 --                           up; a call that runs later changes nothing and
 --                           returns granted = -1. 0: no deadline.
 -- ARGV[7]  unit             cost, want and granted count 1/unit tokens
---                           (default 1: whole tokens). A request spread over
---                           the shards of a bucket takes fractions of a
---                           token, so that shards of 2.5 tokens can serve a
---                           cost of 10.
+--                           (1: whole tokens). A request spread over the
+--                           shards of a bucket takes fractions of a token,
+--                           so that shards of 2.5 tokens can serve a cost
+--                           of 10.
+-- ARGV[8]  field            the bucket's field in KEYS[1]: <route>[@<region>],
+--                           or "s" for a shard
 --
 -- Returns {granted, remaining, wait_ms, reset_ms, now_ms}:
 --   granted    tokens taken (in units): 0 (rejected), or between cost and want
@@ -32,10 +40,16 @@
 --
 -- The clock is Redis's own (TIME), never the caller's: gateways' clocks drift.
 -- Redis 7 replicates scripts by their effects, so reading TIME is safe.
--- State is a hash {tokens, ts}; tokens may be fractional. Every write sets an
--- expiry of twice the time a full refill takes (at least one second), so an
--- idle bucket disappears and comes back full. A rejection writes no state but
--- extends a shorter expiry: after a rule changes to a slower refill, a bucket
+--
+-- A bucket's state is 14 bytes packed in its field: tokens (a double: they
+-- may be fractional) and the time of the last write (ms, 6 bytes). Small
+-- hashes are stored compactly by Redis (listpack), so a tenant's buckets
+-- share one key's overhead. Expiry is the key's: every write makes it live
+-- at least twice the time a full refill of this bucket takes (at least one
+-- second), never shortening it for the other fields. A field that outlives
+-- its own refill time is read as a full bucket, which it is: idle fields
+-- need no expiry of their own. A rejection writes no state but extends the
+-- expiry the same way: after a rule changes to a slower refill, a bucket
 -- that only sees rejections must not expire on the old rule's time and come
 -- back full.
 
@@ -55,10 +69,19 @@ if deadline > 0 and now > deadline then
   return {-1, 0, 0, 0, now}
 end
 
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens = tonumber(state[1])
-local ts = tonumber(state[2])
-if tokens == nil or ts == nil then
+local field = ARGV[8]
+local tokens, ts
+local legacy = false
+local packed = redis.call('HGET', KEYS[1], field)
+if packed then
+  tokens, ts = struct.unpack('<di6', packed)
+else
+  local old = redis.call('HMGET', KEYS[2], 'tokens', 'ts')
+  tokens, ts = tonumber(old[1]), tonumber(old[2])
+  legacy = tokens ~= nil and ts ~= nil
+end
+local known = tokens ~= nil and ts ~= nil
+if not known then
   tokens = capacity
   ts = now
 end
@@ -71,10 +94,30 @@ end
 tokens = math.min(capacity, tokens + elapsed * per_ms)
 
 local ttl = math.max(1000, 2 * math.ceil(capacity / per_ms))
+
+-- extend makes key live at least ttl more milliseconds.
+local function extend(key)
+  if redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+
+-- store writes the bucket's state, and retires its pre-0.2 form.
+local function store()
+  redis.call('HSET', KEYS[1], field, struct.pack('<di6', tokens, now))
+  extend(KEYS[1])
+  if legacy then
+    if KEYS[2] == KEYS[1] then
+      redis.call('HDEL', KEYS[1], 'tokens', 'ts')
+    else
+      redis.call('DEL', KEYS[2])
+    end
+  end
+end
+
 if cost < 0 then
   tokens = math.min(capacity, tokens - cost)
-  redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
-  redis.call('PEXPIRE', KEYS[1], ttl)
+  store()
   return {0, math.floor(tokens), 0, math.ceil((capacity - tokens) / per_ms), now}
 end
 
@@ -86,12 +129,11 @@ if tokens >= cost then
   -- float's rounding (2.9999999) from losing a unit.
   granted = math.min(want * unit, math.floor(tokens * unit + 1e-6))
   tokens = tokens - granted / unit
-  redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
-  redis.call('PEXPIRE', KEYS[1], ttl)
-elseif state[1] then
-  if redis.call('PTTL', KEYS[1]) < ttl then
-    redis.call('PEXPIRE', KEYS[1], ttl)
-  end
+  store()
+elseif legacy then
+  extend(KEYS[2])
+elseif known then
+  extend(KEYS[1])
 end
 
 local wait = 0

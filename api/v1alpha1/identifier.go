@@ -11,8 +11,9 @@ const MaxIdentifierLength = 64
 // same rule as the schema's pattern (without the wildcard), written as a loop
 // because the gateway checks every request's tenant with it.
 //
-// Ids never contain '{', '}' or ':', so the Redis key rl:{tenant}:route is
-// unambiguous for every valid pair.
+// Ids never contain '{', '}' or ':', so the bucket name rl:{tenant}:route
+// (stored as the field route of the Redis hash rl:{tenant}) is unambiguous
+// for every valid pair.
 func ValidIdentifier(s string) bool {
 	if len(s) == 0 || len(s) > MaxIdentifierLength {
 		return false

@@ -220,8 +220,8 @@ func TestRegionShares(t *testing.T) {
 		if got != c.want {
 			t.Fatalf("region %s admitted %d, want %d", c.region, got, c.want)
 		}
-		if srv.Client(t).Exists(context.Background(), c.key).Val() != 1 {
-			t.Fatalf("region %s: key %s missing", c.region, c.key)
+		if st, err := limiter.Peek(context.Background(), srv.Client(t), c.key); err != nil || !st.Found {
+			t.Fatalf("region %s: bucket %s missing (%v)", c.region, c.key, err)
 		}
 	}
 }
@@ -313,11 +313,14 @@ func TestCostAboveOneShard(t *testing.T) {
 			// (a rejected request gives back what it took from some shards).
 			var left float64
 			for i := range int(tc.shards) {
-				v, err := srv.Client(t).HGet(ctx, limiter.ShardKey("t", "r", "", i), "tokens").Float64()
+				st, err := limiter.Peek(ctx, srv.Client(t), limiter.ShardKey("t", "r", "", i))
 				if err != nil {
-					v = float64(tc.capacity) / float64(tc.shards) // never touched: full
+					t.Fatal(err)
 				}
-				left += v
+				if !st.Found {
+					st.Tokens = float64(tc.capacity) / float64(tc.shards) // never touched: full
+				}
+				left += st.Tokens
 			}
 			if want := float64(tc.capacity - int64(admitted)*tc.cost); left < want-0.01 || left > want+0.01 {
 				t.Errorf("Redis holds %.2f tokens, want %.2f (capacity − admitted cost)", left, want)

@@ -183,7 +183,7 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 			t.Fatalf("after the restart: %d", res.StatusCode)
 		}
 	}
-	if n := c.redis.Client(t).Exists(t.Context(), "rl:{fresh}:create-order").Val(); n != 1 {
+	if n := c.redis.Client(t).Exists(t.Context(), "rl:{fresh}").Val(); n != 1 {
 		t.Fatal("after recovery the decision was not made in Redis")
 	}
 }

@@ -5,7 +5,8 @@
 // An API key is a credential. Nothing in this package puts a key, or any part
 // of one, into an error; use Fingerprint to correlate clients in logs. Every
 // tenant id a Resolver returns satisfies v1alpha1.ValidIdentifier, so it can be
-// used in the Redis key rl:{tenant}:route as is.
+// used in the bucket name rl:{tenant}:route (a field of the Redis hash
+// rl:{tenant}) as is.
 package identity
 
 import (

@@ -473,11 +473,11 @@ func (bt *Batcher) exec(ctx context.Context, calls []*call, withScript bool) {
 	pipe := bt.client.Pipeline()
 	for _, c := range calls {
 		b := &c.ops[0].b
-		args := scriptArgs(b, c.cost, c.want, c.deadlineMs)
+		keys, args := ScriptCall(b, c.cost, c.want, c.deadlineMs)
 		if withScript {
-			c.cmd = tokenBucket.Eval(ctx, pipe, []string{b.Key}, args...)
+			c.cmd = tokenBucket.Eval(ctx, pipe, keys, args...)
 		} else {
-			c.cmd = tokenBucket.EvalSha(ctx, pipe, []string{b.Key}, args...)
+			c.cmd = tokenBucket.EvalSha(ctx, pipe, keys, args...)
 		}
 	}
 	bt.roundTrips.Add(1)

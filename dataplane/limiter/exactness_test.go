@@ -50,10 +50,11 @@ func TestNoScriptChargesOnce(t *testing.T) {
 		}
 	}
 	for i, b := range buckets {
-		tokens, err := client.HGet(ctx, b.Key, "tokens").Float64()
+		st, err := Peek(ctx, client, b.Key)
 		if err != nil {
 			t.Fatal(err)
 		}
+		tokens := st.Tokens
 		// The bucket refills by a fraction of a token meanwhile.
 		if taken := math.Round(1000 - tokens); taken != float64(granted[i]) {
 			t.Errorf("%s: Redis took %.0f tokens for %d granted decisions", b.Key, taken, granted[i])
@@ -133,12 +134,12 @@ func TestLateGrantsAreNotLost(t *testing.T) {
 	rc := srv.Client(t)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		tokens, err := rc.HGet(ctx, b.Key, "tokens").Float64()
-		if err == nil && tokens < 1.5 {
+		st, err := Peek(ctx, rc, b.Key)
+		if err == nil && st.Tokens < 1.5 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the stalled call never ran: tokens %v (%v)", tokens, err)
+			t.Fatalf("the stalled call never ran: %+v (%v)", st, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -14,7 +14,8 @@ import (
 
 // Bucket names one token bucket and its limits.
 type Bucket struct {
-	// Key is the Redis key, from Key.
+	// Key names the bucket (Key, RegionKey or ShardKey); Storage says where
+	// in Redis it lives.
 	Key string
 	// Capacity is the bucket size. It can be fractional: a region's share or
 	// a shard of a rule.
@@ -54,10 +55,11 @@ func (b *Bucket) localView() (key string, capacity, perMs float64) {
 	return b.Key, b.Capacity, perMs
 }
 
-// Key is the Redis key of the bucket of tenant on route: rl:{tenant}:route.
-// The braces are a Redis Cluster hash tag, so all buckets of one tenant share
-// a slot. tenant and route must be valid ids (v1alpha1.ValidIdentifier): they
-// contain no '{', '}' or ':', which makes the key unambiguous.
+// Key names the bucket of tenant on route: rl:{tenant}:route, stored as the
+// field route of the Redis hash rl:{tenant} (see Storage). The braces are a
+// Redis Cluster hash tag, so all buckets of one tenant share a slot. tenant
+// and route must be valid ids (v1alpha1.ValidIdentifier): they contain no
+// '{', '}' or ':', which makes the name unambiguous.
 func Key(tenant, route string) string {
 	return "rl:{" + tenant + "}:" + route
 }

@@ -39,7 +39,8 @@ func (l *Redis) Stats() (roundTrips, commands, decisions int64) {
 // Take implements Taker.
 func (l *Redis) Take(ctx context.Context, b Bucket, cost, want int64) (TakeResult, error) {
 	l.calls.Add(1)
-	cmd := tokenBucket.Run(ctx, l.client, []string{b.Key}, scriptArgs(&b, cost, want, l.clock.deadline(ctx))...)
+	keys, args := ScriptCall(&b, cost, want, l.clock.deadline(ctx))
+	cmd := tokenBucket.Run(ctx, l.client, keys, args...)
 	res, now, err := parseReply(cmd)
 	if now > 0 {
 		l.clock.observe(now, time.Now())

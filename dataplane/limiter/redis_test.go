@@ -56,7 +56,7 @@ func TestConcurrentRequestsAdmitExactlyCapacity(t *testing.T) {
 	b := Bucket{Key: Key("shop-a", "create-order"), Capacity: 37, RefillTokens: 1, RefillPeriodMs: 3600_000}
 	for _, instances := range []int{1, 4} {
 		t.Run(strconv.Itoa(instances)+" instances", func(t *testing.T) {
-			if err := srv.Client(t).Del(context.Background(), b.Key).Err(); err != nil {
+			if err := srv.Client(t).FlushAll(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
 			var ls []Limiter
@@ -119,7 +119,8 @@ func TestTTLAndIdleBucketComesBackFull(t *testing.T) {
 	if _, err := l.Allow(ctx, slow, 1); err != nil {
 		t.Fatal(err)
 	}
-	ttl, err := c.PTTL(ctx, slow.Key).Result()
+	hash, _ := Storage(slow.Key)
+	ttl, err := c.PTTL(ctx, hash).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestTTLAndIdleBucketComesBackFull(t *testing.T) {
 	}
 	// Expire it by hand, as Redis would after the TTL (which here is 600 s:
 	// the point is that a missing key means a full bucket).
-	if err := c.Del(ctx, fast.Key).Err(); err != nil {
+	if err := c.Del(ctx, hash).Err(); err != nil {
 		t.Fatal(err)
 	}
 	d, err = l.Allow(ctx, fast, 1)
@@ -148,13 +149,15 @@ func TestTTLAndIdleBucketComesBackFull(t *testing.T) {
 		t.Fatalf("after expiry: %+v, %v; want allowed with 2 remaining", d, err)
 	}
 
-	// And a real expiry: a tiny bucket's key is gone after its TTL.
-	tiny := Bucket{Key: Key("t", "tiny"), Capacity: 1, RefillTokens: 10, RefillPeriodMs: 1000}
+	// And a real expiry: a tiny bucket's key (its tenant's only bucket) is
+	// gone after its TTL.
+	tiny := Bucket{Key: Key("other", "tiny"), Capacity: 1, RefillTokens: 10, RefillPeriodMs: 1000}
+	tinyHash, _ := Storage(tiny.Key)
 	if _, err := l.Allow(ctx, tiny, 1); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for c.Exists(ctx, tiny.Key).Val() == 1 {
+	for c.Exists(ctx, tinyHash).Val() == 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("an idle bucket never expired")
 		}

@@ -2,8 +2,10 @@ package limiter
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -20,9 +22,73 @@ var tokenBucket = redis.NewScript(lua.TokenBucket)
 
 // The script's arguments are built and its reply parsed here only.
 
-// scriptArgs are the script's ARGV for a Take of b.
-func scriptArgs(b *Bucket, cost, want, deadlineMs int64) []any {
-	return []any{b.Capacity, b.RefillTokens, b.RefillPeriodMs, cost, want, deadlineMs, max(1, b.Unit)}
+// ScriptCall is the script's KEYS and ARGV for a Take of b: between cost
+// and want tokens (in units of 1/b.Unit), given up after deadlineMs in
+// Redis time (0: never). Tools that call the script themselves (the
+// benchmark) build their calls here too.
+func ScriptCall(b *Bucket, cost, want, deadlineMs int64) (keys []string, args []any) {
+	hash, field := Storage(b.Key)
+	return []string{hash, b.Key}, []any{b.Capacity, b.RefillTokens, b.RefillPeriodMs, cost, want, deadlineMs, max(1, b.Unit), field}
+}
+
+// Storage is where the bucket named key lives in Redis: a field of a hash.
+// The unsharded buckets of a tenant (rl:{tenant}:route[@region]) are the
+// fields route[@region] of the hash rl:{tenant}, so they share one key's
+// overhead (and one slot, by the hash tag); a shard's key (no braces) is a
+// hash of its own with the field "s". Before tollgate 0.2 each bucket was a
+// hash {tokens, ts} at key itself; the script moves such a bucket to its
+// field the first time it runs on it.
+func Storage(key string) (hash, field string) {
+	if i := strings.Index(key, "}:"); i > 0 && strings.HasPrefix(key, "rl:{") {
+		return key[:i+1], key[i+2:]
+	}
+	return key, "s"
+}
+
+// State is a bucket's stored state, as the script last wrote it (not
+// refilled since).
+type State struct {
+	// Found is false when Redis holds nothing for the bucket (a full
+	// bucket).
+	Found bool
+	// Tokens were left at UpdatedMs (Redis time, ms).
+	Tokens    float64
+	UpdatedMs int64
+}
+
+// Peek reads the stored state of the bucket named key without changing it
+// (either layout). For tests and diagnostics.
+func Peek(ctx context.Context, c redis.Cmdable, key string) (State, error) {
+	hash, field := Storage(key)
+	v, err := c.HGet(ctx, hash, field).Result()
+	switch {
+	case err == nil:
+		if len(v) != 14 {
+			return State{}, fmt.Errorf("bucket state: %d bytes, want 14", len(v))
+		}
+		b := []byte(v)
+		bits := binary.LittleEndian.Uint64(b[:8])
+		var ms int64
+		for i := 13; i >= 8; i-- {
+			ms = ms<<8 | int64(b[i])
+		}
+		return State{Found: true, Tokens: math.Float64frombits(bits), UpdatedMs: ms}, nil
+	case !errors.Is(err, redis.Nil):
+		return State{}, fmt.Errorf("bucket state: %w", err)
+	}
+	old, err := c.HMGet(ctx, key, "tokens", "ts").Result()
+	if err != nil || old[0] == nil || old[1] == nil {
+		return State{}, err
+	}
+	var st State
+	st.Found = true
+	if _, err := fmt.Sscan(old[0].(string), &st.Tokens); err != nil {
+		return State{}, fmt.Errorf("bucket state (0.1 layout): %w", err)
+	}
+	if _, err := fmt.Sscan(old[1].(string), &st.UpdatedMs); err != nil {
+		return State{}, fmt.Errorf("bucket state (0.1 layout): %w", err)
+	}
+	return st, nil
 }
 
 // errExpired is the reply of a call that reached Redis after its deadline:

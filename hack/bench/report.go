@@ -341,7 +341,7 @@ func (h *harness) mdScale(m *md) {
 	m.p("")
 	m.table([]string{"what", "measured", "baseline / note"}, [][]string{
 		{fmt.Sprintf("Redis bytes per bucket (%d buckets from the script, pipelined)", s.Buckets), fmt.Sprintf("%.1f B", s.RedisBytesPerBkt),
-			fmt.Sprintf("`INFO memory` used_memory delta / buckets: key, hash, expiry entry and dict overhead; `MEMORY USAGE` of one key: %d B (without the expiry entry); %d keys with expiry", s.MemoryUsageSample, s.ExpiresCount)},
+			fmt.Sprintf("`INFO memory` used_memory delta / buckets: key, hash, expiry entry and dict overhead; five routes per tenant, a tenant's buckets in one hash; `MEMORY USAGE` of one tenant's key (5 buckets): %d B (without the expiry entry); %d keys with expiry", s.MemoryUsageSample, s.ExpiresCount)},
 		{fmt.Sprintf("gateway RSS with %d rules (%d shards, %d KiB compressed)", s.Rules, s.Shards, s.SnapshotBytes>>10), mib(s.RSS),
 			fmt.Sprintf("idle gateway on an empty snapshot: %s → **%+.1f MiB**", mib(s.RSSIdle), float64(s.RSSDelta)/(1<<20))},
 		{"gateway Go heap in use after a forced GC", fmt.Sprintf("%.1f MiB", s.HeapInuse/(1<<20)), fmt.Sprintf("idle: %.1f MiB", s.HeapInuseIdle/(1<<20))},

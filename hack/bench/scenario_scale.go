@@ -48,15 +48,20 @@ func (h *harness) scenarioScale(ctx context.Context) error {
 }
 
 // redisMemory creates buckets with the token bucket script, pipelined, and
-// measures used_memory per bucket (key, hash, expiry entry, dict overhead).
+// measures used_memory per bucket (key, hash, expiry entry, dict overhead):
+// five routes per tenant (a tenant's buckets share one hash).
 func (h *harness) redisMemory(ctx context.Context, rs *redisServer, res *ScaleResult) error {
 	rc := rs.client()
 	defer rc.Close()
 	script := redis.NewScript(lua.TokenBucket)
 	// Capacity 100, 1 token/s: the expiry (twice a full refill) is 200s,
 	// far longer than the measurement.
-	args := []any{100, 1, 1000, 1, 1}
-	if err := script.Run(ctx, rc, []string{"rl:{warm-up}:bench"}, args...).Err(); err != nil {
+	bucket := func(tenant, route string) (keys []string, args []any) {
+		b := limiter.Bucket{Key: limiter.Key(tenant, route), Capacity: 100, RefillTokens: 1, RefillPeriodMs: 1000}
+		return limiter.ScriptCall(&b, 1, 1, 0)
+	}
+	keys, args := bucket("warm-up", "bench")
+	if err := script.Run(ctx, rc, keys, args...).Err(); err != nil {
 		return err
 	}
 	used0, err := infoInt(ctx, rc, "memory", "used_memory")
@@ -64,11 +69,12 @@ func (h *harness) redisMemory(ctx context.Context, rs *redisServer, res *ScaleRe
 		return err
 	}
 	n := h.plan.RedisBuckets
-	const batch = 1000
+	const batch, routes = 1000, 5
 	for i := 0; i < n; i += batch {
 		pipe := rc.Pipeline()
 		for j := i; j < min(n, i+batch); j++ {
-			script.EvalSha(ctx, pipe, []string{limiter.Key(fmt.Sprintf("tenant-%06d", j), "bench")}, args...)
+			keys, args := bucket(fmt.Sprintf("tenant-%06d", j/routes), fmt.Sprintf("route-%d", j%routes))
+			script.EvalSha(ctx, pipe, keys, args...)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return err
@@ -78,7 +84,7 @@ func (h *harness) redisMemory(ctx context.Context, rs *redisServer, res *ScaleRe
 	if err != nil {
 		return err
 	}
-	sample := limiter.Key("tenant-000001", "bench")
+	sample, _ := limiter.Storage(limiter.Key("tenant-000001", "route-0"))
 	usage, err := rc.MemoryUsage(ctx, sample, 0).Result()
 	if err != nil {
 		return err
