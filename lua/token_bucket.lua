@@ -27,6 +27,12 @@
 --                           of 10.
 -- ARGV[8]  field            the bucket's field in KEYS[1]: <route>[@<region>],
 --                           or "s" for a shard
+-- ARGV[9]  compat           "1" while gateways of 0.1 may still run (a
+--                           rolling upgrade): the 0.1 form is read too (the
+--                           lower of the two, both refilled to now, wins)
+--                           and written too, so old and new gateways share
+--                           one bucket. "0": the 0.1 form is read only when
+--                           the field is missing, and then removed.
 --
 -- Returns {granted, remaining, wait_ms, reset_ms, now_ms}:
 --   granted    tokens taken (in units): 0 (rejected), or between cost and want
@@ -70,15 +76,22 @@ if deadline > 0 and now > deadline then
 end
 
 local field = ARGV[8]
+local compat = ARGV[9] == '1'
 local tokens, ts
 local legacy = false
 local packed = redis.call('HGET', KEYS[1], field)
 if packed then
   tokens, ts = struct.unpack('<di6', packed)
-else
+end
+if compat or not packed then
   local old = redis.call('HMGET', KEYS[2], 'tokens', 'ts')
-  tokens, ts = tonumber(old[1]), tonumber(old[2])
-  legacy = tokens ~= nil and ts ~= nil
+  local otokens, ots = tonumber(old[1]), tonumber(old[2])
+  legacy = otokens ~= nil and ots ~= nil
+  -- Both forms: the one with fewer tokens now is the one last charged.
+  if legacy and (tokens == nil or
+      otokens + math.max(0, now - ots) * per_ms < tokens + math.max(0, now - ts) * per_ms) then
+    tokens, ts = otokens, ots
+  end
 end
 local known = tokens ~= nil and ts ~= nil
 if not known then
@@ -102,11 +115,15 @@ local function extend(key)
   end
 end
 
--- store writes the bucket's state, and retires its pre-0.2 form.
+-- store writes the bucket's state, and the 0.1 form too in compat mode
+-- (else retires it).
 local function store()
   redis.call('HSET', KEYS[1], field, struct.pack('<di6', tokens, now))
   extend(KEYS[1])
-  if legacy then
+  if compat then
+    redis.call('HSET', KEYS[2], 'tokens', tokens, 'ts', now)
+    extend(KEYS[2])
+  elseif legacy then
     if KEYS[2] == KEYS[1] then
       redis.call('HDEL', KEYS[1], 'tokens', 'ts')
     else
@@ -130,10 +147,13 @@ if tokens >= cost then
   granted = math.min(want * unit, math.floor(tokens * unit + 1e-6))
   tokens = tokens - granted / unit
   store()
-elseif legacy then
-  extend(KEYS[2])
-elseif known then
-  extend(KEYS[1])
+else
+  if legacy then
+    extend(KEYS[2])
+  end
+  if packed then
+    extend(KEYS[1])
+  end
 end
 
 local wait = 0

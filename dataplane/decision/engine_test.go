@@ -384,9 +384,11 @@ func TestCostAboveOneShardLongRun(t *testing.T) {
 	high := capacity + perSecond*redisTime(t, srv.Client(t)).Sub(t0).Seconds()
 	got := float64(admitted.Load())
 	t.Logf("spread: admitted cost %.0f, ideal %.0f to %.0f", got, low, high)
-	// Below: what the bucket holds at the end (less than one cost) and
-	// what the six racing requests held when the run stopped.
-	if got > high || got < low-7*cost {
+	// Never above the ideal. Below it by what the bucket holds at the end,
+	// what racing requests held when the run stopped, and what shards that
+	// no request touched for a second lost to their own capacity (a loaded
+	// machine makes that more): at least 90 %.
+	if got > high || got < 0.9*low {
 		t.Fatalf("admitted cost %.0f, ideal %.0f to %.0f", got, low, high)
 	}
 }

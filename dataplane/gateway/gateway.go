@@ -124,6 +124,11 @@ func (g *Gateway) buildChain() error {
 		fallbackLog := g.log.WithName("fallback")
 		opts.Client = client
 		opts.Timeout, opts.MaxWait = g.opts.RedisTimeout, max(g.opts.RedisMaxWait, g.opts.RedisTimeout)
+		if g.opts.RedisLayout != "" {
+			if opts.Layout, err = limiter.ParseLayout(g.opts.RedisLayout); err != nil {
+				return err
+			}
+		}
 		opts.Coalesce, opts.EmptyBucketCache = g.opts.Batching, g.opts.EmptyBucketCache
 		opts.Pipelines, opts.PrefetchTTL = g.opts.Pipelines, g.opts.PrefetchTTL
 		opts.FailuresToOpen, opts.OpenFor = g.opts.BreakerFailure, g.opts.BreakerOpenFor

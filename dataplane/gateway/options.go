@@ -59,6 +59,8 @@ type Options struct {
 	Redis        redisconf.Options
 	RedisTimeout time.Duration
 	RedisMaxWait time.Duration
+	// RedisLayout: see --redis-layout.
+	RedisLayout string
 	// EmptyBucketCache: see --empty-bucket-cache.
 	EmptyBucketCache bool
 	BreakerFailure   uint32
@@ -142,6 +144,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RedisMaxWait, "redis-max-wait", 100*time.Millisecond,
 		"Hard cap on one decision's wait for Redis, queueing in the gateway included: the worst latency Redis can add to a request (raised to --redis-timeout when lower). "+
 			"A call given up before it was sent is never sent; one that reaches Redis after its caller gave up takes nothing.")
+	fs.StringVar(&o.RedisLayout, "redis-layout", "packed",
+		"How buckets are stored in Redis: packed (a tenant's buckets are fields of one hash rl:{tenant}, about 60 bytes each; a bucket tollgate 0.1 wrote is moved there, with its tokens, on first use) or "+
+			"compat-0.1 (the 0.1 form, a hash per bucket, is read and written too, so that 0.1 and newer gateways share every bucket while a rolling upgrade from 0.1 is under way; switch back to packed when it is done).")
 	fs.BoolVar(&o.EmptyBucketCache, "empty-bucket-cache", true,
 		"Reject requests against a bucket Redis reported empty without asking Redis again until it can refill (exact: tokens only arrive at the refill rate). False asks Redis for every request.")
 	fs.Uint32Var(&o.BreakerFailure, "breaker-failures", 5, "Consecutive Redis failures that open the circuit breaker (no request waits for Redis while it is open).")
@@ -190,6 +195,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--limiter %q: want redis or local", o.Limiter)
 	case o.RedisTimeout <= 0:
 		return fmt.Errorf("--redis-timeout must be positive")
+	case o.RedisLayout != "" && o.RedisLayout != "packed" && o.RedisLayout != "compat-0.1":
+		return fmt.Errorf("--redis-layout %q: want packed or compat-0.1", o.RedisLayout)
 	case o.Replicas < 1:
 		return fmt.Errorf("--replicas must be at least 1")
 	case o.ReplicasUntil < 1:

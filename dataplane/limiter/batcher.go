@@ -91,6 +91,8 @@ type BatcherOptions struct {
 	// ExecTimeout bounds one pipeline. Requests give up earlier, on their
 	// own deadline. Default 1s.
 	ExecTimeout time.Duration
+	// Layout is how buckets are stored in Redis (default LayoutPacked).
+	Layout Layout
 }
 
 // Errors of Take.
@@ -473,7 +475,7 @@ func (bt *Batcher) exec(ctx context.Context, calls []*call, withScript bool) {
 	pipe := bt.client.Pipeline()
 	for _, c := range calls {
 		b := &c.ops[0].b
-		keys, args := ScriptCall(b, c.cost, c.want, c.deadlineMs)
+		keys, args := ScriptCall(b, c.cost, c.want, c.deadlineMs, bt.opts.Layout)
 		if withScript {
 			c.cmd = tokenBucket.Eval(ctx, pipe, keys, args...)
 		} else {

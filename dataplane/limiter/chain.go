@@ -84,6 +84,8 @@ type ChainOptions struct {
 	// FailClosedRetryAfter is the Retry-After of fail-closed rejections.
 	// Default 1s.
 	FailClosedRetryAfter time.Duration
+	// Layout is how buckets are stored in Redis (--redis-layout).
+	Layout Layout
 	// OnStateChange and ObserveRedis: see BreakerOptions.
 	OnStateChange func(from, to string)
 	ObserveRedis  func(time.Duration, error)
@@ -118,7 +120,7 @@ func NewChain(opts ChainOptions) *Chain {
 	ping := max(50*time.Millisecond, opts.Timeout)
 	c.batcher = NewBatcher(opts.Client, BatcherOptions{
 		Workers: workers, NoCoalesce: !opts.Coalesce, Timeout: opts.Timeout, PingTimeout: ping,
-		ExecTimeout: max(time.Second, 2*opts.MaxWait),
+		ExecTimeout: max(time.Second, 2*opts.MaxWait), Layout: opts.Layout,
 	})
 	c.breaker = NewBreakers(c.batcher, opts.Client, c.batcher, BreakerOptions{
 		FailuresToOpen: opts.FailuresToOpen, MinFailingFor: max(25*time.Millisecond, opts.Timeout), OpenFor: opts.OpenFor,

@@ -17,6 +17,8 @@ type Redis struct {
 	client Client
 	clock  redisClock
 	calls  atomic.Int64
+	// Layout is how buckets are stored (default LayoutPacked).
+	Layout Layout
 }
 
 // NewRedis returns a Taker that uses client.
@@ -39,7 +41,7 @@ func (l *Redis) Stats() (roundTrips, commands, decisions int64) {
 // Take implements Taker.
 func (l *Redis) Take(ctx context.Context, b Bucket, cost, want int64) (TakeResult, error) {
 	l.calls.Add(1)
-	keys, args := ScriptCall(&b, cost, want, l.clock.deadline(ctx))
+	keys, args := ScriptCall(&b, cost, want, l.clock.deadline(ctx), l.Layout)
 	cmd := tokenBucket.Run(ctx, l.client, keys, args...)
 	res, now, err := parseReply(cmd)
 	if now > 0 {

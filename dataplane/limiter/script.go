@@ -22,13 +22,42 @@ var tokenBucket = redis.NewScript(lua.TokenBucket)
 
 // The script's arguments are built and its reply parsed here only.
 
+// Layout is how buckets are stored in Redis.
+type Layout int
+
+const (
+	// LayoutPacked: a tenant's buckets are fields of one hash (see
+	// Storage); a bucket still in the 0.1 form is moved on first use.
+	LayoutPacked Layout = iota
+	// LayoutCompat: also read and write the 0.1 form (a hash per bucket),
+	// so that gateways of 0.1 and of this version share every bucket
+	// during a rolling upgrade. Uses more memory; switch back to
+	// LayoutPacked once no 0.1 gateway runs.
+	LayoutCompat
+)
+
+// ParseLayout reads a --redis-layout value.
+func ParseLayout(s string) (Layout, error) {
+	switch s {
+	case "packed":
+		return LayoutPacked, nil
+	case "compat-0.1":
+		return LayoutCompat, nil
+	}
+	return 0, fmt.Errorf("redis layout %q: want packed or compat-0.1", s)
+}
+
 // ScriptCall is the script's KEYS and ARGV for a Take of b: between cost
 // and want tokens (in units of 1/b.Unit), given up after deadlineMs in
-// Redis time (0: never). Tools that call the script themselves (the
-// benchmark) build their calls here too.
-func ScriptCall(b *Bucket, cost, want, deadlineMs int64) (keys []string, args []any) {
+// Redis time (0: never), in layout. Tools that call the script themselves
+// (the benchmark) build their calls here too.
+func ScriptCall(b *Bucket, cost, want, deadlineMs int64, layout Layout) (keys []string, args []any) {
 	hash, field := Storage(b.Key)
-	return []string{hash, b.Key}, []any{b.Capacity, b.RefillTokens, b.RefillPeriodMs, cost, want, deadlineMs, max(1, b.Unit), field}
+	compat := "0"
+	if layout == LayoutCompat {
+		compat = "1"
+	}
+	return []string{hash, b.Key}, []any{b.Capacity, b.RefillTokens, b.RefillPeriodMs, cost, want, deadlineMs, max(1, b.Unit), field, compat}
 }
 
 // Storage is where the bucket named key lives in Redis: a field of a hash.

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"strconv"
 	"strings"
@@ -87,7 +88,7 @@ func TestRedisMemoryPerBucket(t *testing.T) {
 				// Capacity 100 at 1 token/s: 200 s of expiry, far longer
 				// than the measurement.
 				b := Bucket{Key: Key(fmt.Sprintf("tenant-%06d", i), fmt.Sprintf("route-%d", j)), Capacity: 100, RefillTokens: 1, RefillPeriodMs: 1000}
-				keys, args := ScriptCall(&b, 1, 1, 0)
+				keys, args := ScriptCall(&b, 1, 1, 0, LayoutPacked)
 				tokenBucket.EvalSha(ctx, pipe, keys, args...)
 			}
 			if pipe.Len() >= 1000 || i == mix.tenants-1 {
@@ -122,4 +123,64 @@ func usedMemory(t *testing.T, rc *redis.Client) int64 {
 	}
 	t.Fatal("no used_memory in INFO memory")
 	return 0
+}
+
+// The 0.1 script (one hash {tokens, ts} per bucket), as gateways of 0.1 run
+// it during a rolling upgrade.
+//
+//go:embed testdata/token_bucket_0.1.lua
+var script01 string
+
+// TestCompatLayoutSharesBucketsWith01: while a rolling upgrade from 0.1 is
+// under way, old and new gateways take from the same buckets with
+// --redis-layout=compat-0.1: their admissions together never exceed the
+// capacity. In the packed layout alone they would not (the test shows the
+// 0.1 script sees a full bucket after a packed write).
+func TestCompatLayoutSharesBucketsWith01(t *testing.T) {
+	srv := redistest.Start(t)
+	rc := srv.Client(t)
+	ctx := context.Background()
+	old := redis.NewScript(script01)
+	oldTake := func(b Bucket) bool {
+		v, err := old.Run(ctx, rc, []string{b.Key}, b.Capacity, b.RefillTokens, b.RefillPeriodMs, 1, 1, 0).Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v[0] > 0
+	}
+	newer := NewRedis(rc)
+	newer.Layout = LayoutCompat
+	for _, b := range []Bucket{
+		{Key: Key("t", "r"), Capacity: 10, RefillTokens: 1, RefillPeriodMs: 3600_000},
+		{Key: ShardKey("t", "r", "", 1), Capacity: 10, RefillTokens: 1, RefillPeriodMs: 3600_000},
+	} {
+		t.Run(b.Key, func(t *testing.T) {
+			admitted := 0
+			for i := range 30 {
+				if i%3 == 0 {
+					if oldTake(b) {
+						admitted++
+					}
+					continue
+				}
+				r, err := newer.Take(ctx, b, 1, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				admitted += int(r.Granted)
+			}
+			if admitted != 10 {
+				t.Errorf("0.1 and compat gateways admitted %d together, want the capacity 10", admitted)
+			}
+		})
+	}
+	// Packed only: a 0.1 gateway no longer sees what a new one took.
+	b := Bucket{Key: Key("u", "r"), Capacity: 10, RefillTokens: 1, RefillPeriodMs: 3600_000}
+	if _, err := NewRedis(rc).Take(ctx, b, 5, 5); err != nil {
+		t.Fatal(err)
+	}
+	v, err := old.Run(ctx, rc, []string{b.Key}, b.Capacity, b.RefillTokens, b.RefillPeriodMs, 1, 1, 0).Int64Slice()
+	if err != nil || v[1] != 9 {
+		t.Fatalf("0.1 script after a packed write: %v %v, want a full bucket (9 left): the reason for compat-0.1", v, err)
+	}
 }

@@ -58,7 +58,7 @@ func (h *harness) redisMemory(ctx context.Context, rs *redisServer, res *ScaleRe
 	// far longer than the measurement.
 	bucket := func(tenant, route string) (keys []string, args []any) {
 		b := limiter.Bucket{Key: limiter.Key(tenant, route), Capacity: 100, RefillTokens: 1, RefillPeriodMs: 1000}
-		return limiter.ScriptCall(&b, 1, 1, 0)
+		return limiter.ScriptCall(&b, 1, 1, 0, limiter.LayoutPacked)
 	}
 	keys, args := bucket("warm-up", "bench")
 	if err := script.Run(ctx, rc, keys, args...).Err(); err != nil {
