@@ -46,9 +46,6 @@ type CacheOptions struct {
 	// TTL is how long prefetched tokens and late grants stay usable.
 	// Default 250ms.
 	TTL time.Duration
-	// Late, when set, hears what Redis said in a reply that came after its
-	// request was answered otherwise (the chain's local mirror of Redis).
-	Late func(b Bucket, remaining int64)
 	// NoEmptyCache disables the empty-bucket cache (the classic design:
 	// every request asks Redis).
 	NoEmptyCache bool
@@ -186,13 +183,10 @@ func (c *Cache) fetch(ctx context.Context, sh *cacheShard, b Bucket, cost, want 
 func (c *Cache) keepLate(sh *cacheShard, b Bucket, r TakeResult) {
 	now := c.opts.Clock()
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	e := sh.entry(b, now, c.opts.MaxEntries)
 	e.keep(r.Granted, now, c.opts.TTL)
 	e.remaining = r.Remaining
-	sh.mu.Unlock()
-	if c.opts.Late != nil {
-		c.opts.Late(b, r.Remaining)
-	}
 }
 
 // keep adds prefetched tokens, usable for ttl.

@@ -31,8 +31,9 @@ import (
 //     refused or closed by the server):
 //     the local bucket decides; it continues from Redis's last answer for
 //     the bucket, starts empty (refilling at rate/N) for a bucket whose
-//     calls went unanswered, and starts at capacity/N only for a bucket
-//     this gateway never sent to Redis;
+//     last call went unanswered (whatever Redis said before: the other
+//     replicas may still be draining it), and starts at capacity/N only
+//     for a bucket this gateway never sent to Redis;
 //   - breaker closed (this one call failed or was too late, while Redis is
 //     not known to be down; it may still take its token there): the request
 //     is rejected with Retry-After: 1s. A stalled Redis or a starved
@@ -127,9 +128,9 @@ func NewChain(opts ChainOptions) *Chain {
 		ProbeTimeout:  ping,
 		OnStateChange: opts.OnStateChange, ObserveRedis: opts.ObserveRedis,
 	})
-	c.cache = NewCache(c.breaker, CacheOptions{
-		TTL: opts.PrefetchTTL, NoEmptyCache: !opts.EmptyBucketCache, Clock: opts.Clock, Late: c.local.Observe,
-	})
+	// A late reply does not update the local mirror: the bucket stays
+	// Unsure (empty locally) until Redis answers a request in time.
+	c.cache = NewCache(c.breaker, CacheOptions{TTL: opts.PrefetchTTL, NoEmptyCache: !opts.EmptyBucketCache, Clock: opts.Clock})
 	return c
 }
 

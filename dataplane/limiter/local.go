@@ -127,9 +127,11 @@ func (l *Local) Observe(b Bucket, remaining int64) {
 }
 
 // Unsure records that a call for b may have taken tokens in Redis without
-// an answer (it was written, then Redis fell silent): a bucket this
-// instance holds no state for starts empty, refilling at rate/N, rather
-// than full. A bucket it mirrors is left as it is.
+// an answer (it was written, then Redis fell silent): the local bucket
+// starts empty, refilling at rate/N, whatever Redis said before. Redis may
+// be answering the other replicas, which keep taking from the bucket; a
+// replica whose breaker opens while they do must not spend a share of what
+// Redis last told it on top of them.
 func (l *Local) Unsure(b Bucket) {
 	key, capacity, perMs, _ := l.share(&b)
 	now := l.opts.Clock()
@@ -138,8 +140,8 @@ func (l *Local) Unsure(b Bucket) {
 	defer sh.mu.Unlock()
 	if sh.buckets[key] == nil {
 		l.makeRoom(sh, now)
-		sh.buckets[key] = &localBucket{capacity: capacity, perMs: perMs, last: now}
 	}
+	sh.buckets[key] = &localBucket{capacity: capacity, perMs: perMs, last: now}
 }
 
 // Decide takes cost tokens from the local bucket of b.
