@@ -146,25 +146,27 @@ func Parse(data []byte) (*Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("syntax: %w", err)
 	}
-	// Decode field by field rather than into a struct: this gives errors
-	// that name the route and the field.
-	top, ok := strictdecode.ParseObject(js)
+	// Decode one field at a time: this gives errors that name the route
+	// and the field.
+	var file struct {
+		Routes []json.RawMessage `json:"routes"`
+	}
+	top, ok := strictdecode.Fields(js, &file)
 	if !ok {
 		return nil, errors.New(`must be a mapping with a "routes" list`)
 	}
 	var errs []error
-	for _, u := range top.Unknown([]string{"routes"}) {
-		errs = append(errs, unknownField("", u))
+	for _, e := range top.Errors {
+		if e.Problem == strictdecode.Invalid {
+			return nil, errors.Join(append(errs, errors.New("routes: must be a list"))...)
+		}
+		errs = append(errs, e)
 	}
 	if !top.Has("routes") {
 		errs = append(errs, errors.New(`routes: missing (use "routes: []" for an empty table)`))
 		return nil, errors.Join(errs...)
 	}
-	items, ok := top.List("routes")
-	if !ok {
-		errs = append(errs, errors.New("routes: must be a list"))
-		return nil, errors.Join(errs...)
-	}
+	items := file.Routes
 
 	routes := make([]Route, 0, len(items))
 	seen := make(map[string]int, len(items))
@@ -186,8 +188,17 @@ func Parse(data []byte) (*Table, error) {
 	return newTable(routes), nil
 }
 
-// routeFields are the keys of a route, in the order they are checked.
-var routeFields = []string{"id", "methods", "path", "pathPrefix", "upstream", "host", "stripPrefix", "timeout"}
+// wants says what each field of a route must be, for type errors.
+var wants = map[string]string{
+	"id":          "a string (quote ids that look like numbers)",
+	"methods":     "a list of strings",
+	"path":        "a string",
+	"pathPrefix":  "a string",
+	"upstream":    "a string",
+	"host":        "a string",
+	"stripPrefix": "a boolean",
+	"timeout":     `a duration string such as "30s"`,
+}
 
 // label names route i in error messages.
 func label(i int, id string) string {
@@ -197,49 +208,28 @@ func label(i int, id string) string {
 	return fmt.Sprintf("routes[%d] (id %q)", i, id)
 }
 
-// unknownField reports an unknown field, hinting at the known field it
-// spells in another case.
-func unknownField(prefix string, u strictdecode.Unknown) error {
-	if u.Like != "" {
-		return fmt.Errorf("%sunknown field %q (did you mean %q?)", prefix, u.Name, u.Like)
-	}
-	return fmt.Errorf("%sunknown field %q", prefix, u.Name)
-}
-
 // parseRoute decodes and validates route i. It returns what it could decode
 // (the id at least, for duplicate detection) and every problem found. It is
 // long on purpose: one block per field, in the order of the file format, so
 // that each field's rules and messages can be read in one place.
 func parseRoute(i int, raw json.RawMessage) (Route, []error) {
-	fields, ok := strictdecode.ParseObject(raw)
-	if !ok || fields == nil {
+	var f routeFile
+	fields, ok := strictdecode.Fields(raw, &f)
+	if !ok || fields.Null {
 		return Route{}, []error{fmt.Errorf("routes[%d]: must be a mapping", i)}
 	}
-	var f routeFile
-	// The id is decoded first so that every other message can name it.
-	_, _ = fields.Field("id", &f.ID)
 	where := label(i, f.ID)
 	var errs []error
 	fail := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s: %s", where, field, fmt.Sprintf(format, args...)))
 	}
-
-	for _, u := range fields.Unknown(routeFields) {
-		errs = append(errs, unknownField(where+": ", u))
-	}
-	decode := func(key string, dst any, want string) {
-		if _, err := fields.Field(key, dst); err != nil {
-			fail(key, "must be %s", want)
+	for _, e := range fields.Errors {
+		if e.Problem == strictdecode.Invalid {
+			fail(e.Name, "must be %s", wants[e.Name])
+		} else {
+			errs = append(errs, fmt.Errorf("%s: %w", where, e))
 		}
 	}
-	decode("id", &f.ID, "a string (quote ids that look like numbers)")
-	decode("methods", &f.Methods, "a list of strings")
-	decode("path", &f.Path, "a string")
-	decode("pathPrefix", &f.PathPrefix, "a string")
-	decode("upstream", &f.Upstream, "a string")
-	decode("host", &f.Host, "a string")
-	decode("stripPrefix", &f.StripPrefix, "a boolean")
-	decode("timeout", &f.Timeout, `a duration string such as "30s"`)
 	if len(errs) > 0 {
 		return Route{ID: f.ID}, errs
 	}
