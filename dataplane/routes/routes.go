@@ -209,105 +209,139 @@ func label(i int, id string) string {
 }
 
 // parseRoute decodes and validates route i. It returns what it could decode
-// (the id at least, for duplicate detection) and every problem found. It is
-// long on purpose: one block per field, in the order of the file format, so
-// that each field's rules and messages can be read in one place.
+// (the id at least, for duplicate detection) and every problem found.
 func parseRoute(i int, raw json.RawMessage) (Route, []error) {
 	var f routeFile
 	fields, ok := strictdecode.Fields(raw, &f)
 	if !ok || fields.Null {
 		return Route{}, []error{fmt.Errorf("routes[%d]: must be a mapping", i)}
 	}
-	where := label(i, f.ID)
-	var errs []error
-	fail := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s: %s", where, field, fmt.Sprintf(format, args...)))
-	}
+	c := &routeCheck{where: label(i, f.ID)}
 	for _, e := range fields.Errors {
 		if e.Problem == strictdecode.Invalid {
-			fail(e.Name, "must be %s", wants[e.Name])
+			c.fail(e.Name, "must be %s", wants[e.Name])
 		} else {
-			errs = append(errs, fmt.Errorf("%s: %w", where, e))
+			c.errs = append(c.errs, fmt.Errorf("%s: %w", c.where, e))
 		}
 	}
-	if len(errs) > 0 {
-		return Route{ID: f.ID}, errs
+	if len(c.errs) > 0 {
+		return Route{ID: f.ID}, c.errs
 	}
-
+	// One check per field, in the order of the file format.
 	r := Route{ID: f.ID, StripPrefix: f.StripPrefix}
+	c.id(f.ID)
+	r.Methods = c.methods(f.Methods)
+	r.Path, r.PathPrefix = c.paths(f.Path, f.PathPrefix, f.StripPrefix)
+	r.Upstream = c.upstream(f.Upstream)
+	r.Host = c.host(f.Host)
+	r.Timeout = c.timeout(f.Timeout)
+	return r, c.errs
+}
 
+// routeCheck collects the problems of one route, each naming the route
+// (where) and the field.
+type routeCheck struct {
+	where string
+	errs  []error
+}
+
+func (c *routeCheck) fail(field, format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("%s: %s: %s", c.where, field, fmt.Sprintf(format, args...)))
+}
+
+func (c *routeCheck) id(id string) {
 	switch {
-	case f.ID == "":
-		fail("id", "required")
-	case !v1alpha1.ValidIdentifier(f.ID):
-		fail("id", "must be 1 to %d characters of [A-Za-z0-9._-], starting with a letter or digit", v1alpha1.MaxIdentifierLength)
+	case id == "":
+		c.fail("id", "required")
+	case !v1alpha1.ValidIdentifier(id):
+		c.fail("id", "must be 1 to %d characters of [A-Za-z0-9._-], starting with a letter or digit", v1alpha1.MaxIdentifierLength)
 	}
+}
 
-	for j, m := range f.Methods {
+// methods returns the methods to store: nil for none.
+func (c *routeCheck) methods(methods []string) []string {
+	for j, m := range methods {
 		switch {
 		case !validMethod(m):
-			fail(fmt.Sprintf("methods[%d]", j), "%q is not an upper-case HTTP method token", m)
-		case contains(f.Methods[:j], m):
-			fail(fmt.Sprintf("methods[%d]", j), "duplicate %q", m)
+			c.fail(fmt.Sprintf("methods[%d]", j), "%q is not an upper-case HTTP method token", m)
+		case contains(methods[:j], m):
+			c.fail(fmt.Sprintf("methods[%d]", j), "duplicate %q", m)
 		}
 	}
-	if len(f.Methods) > 0 {
-		r.Methods = f.Methods
+	if len(methods) == 0 {
+		return nil
 	}
+	return methods
+}
 
+// paths checks that exactly one of path and prefix is set, and
+// stripPrefix only with a prefix; it returns them to store (the prefix
+// without a trailing slash).
+func (c *routeCheck) paths(path, prefix string, stripPrefix bool) (string, string) {
+	stripAlone := stripPrefix && prefix == ""
 	switch {
-	case f.Path != "" && f.PathPrefix != "":
-		fail("path", "set exactly one of path and pathPrefix, not both")
-	case f.Path == "" && f.PathPrefix == "":
-		fail("path", "set exactly one of path and pathPrefix")
-	case f.Path != "":
-		if msg := checkPath(f.Path); msg != "" {
-			fail("path", "%s", msg)
+	case path != "" && prefix != "":
+		c.fail("path", "set exactly one of path and pathPrefix, not both")
+	case path == "" && prefix == "":
+		c.fail("path", "set exactly one of path and pathPrefix")
+	case path != "":
+		if msg := checkPath(path); msg != "" {
+			c.fail("path", "%s", msg)
 		}
-		r.Path = f.Path
 	default:
-		if msg := checkPath(f.PathPrefix); msg != "" {
-			fail("pathPrefix", "%s", msg)
+		if msg := checkPath(prefix); msg != "" {
+			c.fail("pathPrefix", "%s", msg)
 		}
-		r.PathPrefix = f.PathPrefix
-		if len(r.PathPrefix) > 1 {
-			r.PathPrefix = strings.TrimSuffix(r.PathPrefix, "/")
+		if len(prefix) > 1 {
+			prefix = strings.TrimSuffix(prefix, "/")
 		}
 	}
-	if f.StripPrefix && f.PathPrefix == "" {
-		fail("stripPrefix", "only allowed with pathPrefix")
+	if stripAlone {
+		c.fail("stripPrefix", "only allowed with pathPrefix")
 	}
+	return path, prefix
+}
 
-	if f.Upstream == "" {
-		fail("upstream", "required")
-	} else if u, msg := parseUpstream(f.Upstream); msg != "" {
-		fail("upstream", "%s", msg)
-	} else {
-		r.Upstream = u
+func (c *routeCheck) upstream(s string) *url.URL {
+	if s == "" {
+		c.fail("upstream", "required")
+		return nil
 	}
+	u, msg := parseUpstream(s)
+	if msg != "" {
+		c.fail("upstream", "%s", msg)
+	}
+	return u
+}
 
-	if f.Host != "" {
-		if h, msg := checkHost(f.Host); msg != "" {
-			fail("host", "%s", msg)
-		} else {
-			r.Host = h
-		}
+// host returns the host to store, in lower case.
+func (c *routeCheck) host(h string) string {
+	if h == "" {
+		return ""
 	}
+	h, msg := checkHost(h)
+	if msg != "" {
+		c.fail("host", "%s", msg)
+	}
+	return h
+}
 
-	if f.Timeout != "" {
-		d, err := time.ParseDuration(f.Timeout)
-		switch {
-		case err != nil:
-			fail("timeout", "invalid duration %q (want e.g. \"30s\")", f.Timeout)
-		case d <= 0:
-			fail("timeout", "must be greater than 0, got %q", f.Timeout)
-		case d > maxTimeout:
-			fail("timeout", "must be at most %s, got %q", maxTimeout, f.Timeout)
-		default:
-			r.Timeout = d
-		}
+func (c *routeCheck) timeout(s string) time.Duration {
+	if s == "" {
+		return 0
 	}
-	return r, errs
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		c.fail("timeout", "invalid duration %q (want e.g. \"30s\")", s)
+	case d <= 0:
+		c.fail("timeout", "must be greater than 0, got %q", s)
+	case d > maxTimeout:
+		c.fail("timeout", "must be at most %s, got %q", maxTimeout, s)
+	default:
+		return d
+	}
+	return 0
 }
 
 func contains(list []string, s string) bool {

@@ -1,0 +1,12 @@
+// Package codeshape holds tests of the shape of the repository's own code,
+// the rules a reviewer would otherwise check by hand:
+//
+//   - no non-test function is longer than MaxFuncLines lines unless the last
+//     line of its doc comment says why, with "long: " and a reason.
+//
+// Run them with
+//
+//	go test ./hack/codeshape/
+//
+// The package has no code of its own, only tests.
+package codeshape
