@@ -4,7 +4,6 @@ package redisconf
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"os"
 	"strings"
@@ -13,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/spf13/pflag"
+
+	"github.com/tollgate-dev/tollgate/internal/lib/certpool"
 )
 
 // Modes of Options.Mode.
@@ -197,13 +198,9 @@ func (o *Options) tlsConfig() (*tls.Config, error) {
 	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.TLSServerName, InsecureSkipVerify: o.TLSInsecureSkipVerify} //nolint:gosec // opt-in flag
 	if o.TLSCAFile != "" {
-		pem, err := os.ReadFile(o.TLSCAFile)
+		pool, err := certpool.Load("--redis-tls-ca-file", o.TLSCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("reading --redis-tls-ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--redis-tls-ca-file %s holds no PEM certificate", o.TLSCAFile)
+			return nil, err
 		}
 		tlsConfig.RootCAs = pool
 	}

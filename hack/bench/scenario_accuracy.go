@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/dataplane/decision"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/internal/lib/ticker"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -193,19 +194,21 @@ func (k accKind) engines(ctx context.Context, addr string, n int) ([]*decision.E
 
 // accLoad is the open-loop load of one case, split evenly over the engines.
 type accLoad struct {
-	stop chan struct{}
-	wg   sync.WaitGroup
+	running context.Context // done once the load stops
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 // startAccLoad starts the load, counting into run from now on.
 func startAccLoad(ctx context.Context, engines []*decision.Engine, run *accRun) *accLoad {
-	l := &accLoad{stop: make(chan struct{})}
+	l := &accLoad{}
+	l.running, l.stop = context.WithCancel(ctx)
 	run.start = time.Now()
 	for _, e := range engines {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			paceDecisions(ctx, e, float64(accOffered)/float64(len(engines)), l.stop, run)
+			paceDecisions(ctx, l.running, e, float64(accOffered)/float64(len(engines)), run)
 		}()
 	}
 	return l
@@ -213,7 +216,7 @@ func startAccLoad(ctx context.Context, engines []*decision.Engine, run *accRun) 
 
 // halt stops the load and waits for the decisions in flight.
 func (l *accLoad) halt() {
-	close(l.stop)
+	l.stop()
 	l.wg.Wait()
 }
 
@@ -228,7 +231,7 @@ func accSteady(ctx context.Context, rs *redisServer, rc *redis.Client, engines [
 	}
 	load := startAccLoad(ctx, engines, run)
 	if stall {
-		go stallRedis(rs, load.stop)
+		go stallRedis(load.running, rs)
 	}
 	err = sleep(ctx, window)
 	tStop, _ := rc.Time(context.Background()).Result()
@@ -289,28 +292,23 @@ func (ac *AccuracyCase) score() {
 	ac.Within = math.Abs(ac.Error) <= ac.Target
 }
 
-// paceDecisions offers rate decisions/s to e until stop closes: each due
-// decision runs in its own goroutine (open loop), at most 64 at once.
-func paceDecisions(ctx context.Context, e *decision.Engine, rate float64, stop <-chan struct{}, run *accRun) {
+// paceDecisions offers rate decisions/s to e until running is done: each
+// due decision runs in its own goroutine (open loop) with ctx, at most 64
+// at once.
+func paceDecisions(ctx, running context.Context, e *decision.Engine, rate float64, run *accRun) {
 	sem := make(chan struct{}, 64)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
 	start, sent := time.Now(), 0
-	for {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-		}
+	ticker.Every(running, time.Millisecond, func() {
 		due := int(time.Since(start).Seconds()*rate) - sent
 		for range due {
 			select {
 			case sem <- struct{}{}:
-			case <-stop:
+			case <-running.Done():
 				return
 			}
+			sent++
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -319,8 +317,7 @@ func paceDecisions(ctx context.Context, e *decision.Engine, rate float64, stop <
 				<-sem
 			}()
 		}
-		sent += due
-	}
+	})
 }
 
 // series is a time series for a plot: admitted per bin, the ideal
@@ -365,21 +362,14 @@ const (
 	stallFor   = 80 * time.Millisecond
 )
 
-// stallRedis freezes and resumes rs until stop is closed.
-func stallRedis(rs interface {
+// stallRedis freezes and resumes rs until ctx is done.
+func stallRedis(ctx context.Context, rs interface {
 	Pause()
 	Resume()
-}, stop <-chan struct{}) {
-	tick := time.NewTicker(stallEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-		}
+}) {
+	ticker.Every(ctx, stallEvery, func() {
 		rs.Pause()
 		time.Sleep(stallFor)
 		rs.Resume()
-	}
+	})
 }

@@ -40,22 +40,14 @@ func (h *harness) scenarioLatency(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		c0, err := gw.counters(ctx)
-		if err != nil {
-			return err
-		}
-		g, err := h.load(ctx, loadSpec{name: "gateway", url: via, rate: rate, dur: h.plan.LatencyDur, mix: mix})
-		if err != nil {
-			return err
-		}
-		c1, err := gw.counters(ctx)
+		g, c, err := h.loadOn(ctx, gw, loadSpec{name: "gateway", url: via, rate: rate, dur: h.plan.LatencyDur, mix: mix})
 		if err != nil {
 			return err
 		}
 		st := LatencyStep{
 			Rate: rate, Direct: d, Gateway: g,
 			AddedP50: round(g.P50-d.P50, 3), AddedP99: round(g.P99-d.P99, 3), AddedP999: round(g.P999-d.P999, 3),
-			CPUPerRequest: cpuPer(c1.sub(c0).cpu, float64(g.ok2xx())),
+			CPUPerRequest: cpuPer(c.cpu, float64(g.ok2xx())),
 		}
 		res.Steps = append(res.Steps, st)
 		h.logf("%5d req/s  direct p50 %.3f p99 %.3f p99.9 %.3f ms | gateway p50 %.3f p99 %.3f p99.9 %.3f ms | added p99 %+.3f ms | gateway CPU %.1f µs/request | bad %.2f%%",

@@ -77,19 +77,10 @@ func (h *harness) ceiling(ctx context.Context, m limiterMode, mix tenantMix) (*T
 // ceilingStep offers rate to gw for one step and judges it against the
 // plan's p99 and error bounds.
 func (h *harness) ceilingStep(ctx context.Context, gw *gatewayProc, name string, rate int, mix tenantMix) (ThroughputStep, error) {
-	c0, err := gw.counters(ctx)
+	r, d, err := h.loadOn(ctx, gw, loadSpec{name: name, url: gw.url + "/bench", rate: rate, dur: h.plan.CeilingDur, mix: mix})
 	if err != nil {
 		return ThroughputStep{}, err
 	}
-	r, err := h.load(ctx, loadSpec{name: name, url: gw.url + "/bench", rate: rate, dur: h.plan.CeilingDur, mix: mix})
-	if err != nil {
-		return ThroughputStep{}, err
-	}
-	c1, err := gw.counters(ctx)
-	if err != nil {
-		return ThroughputStep{}, err
-	}
-	d := c1.sub(c0)
 	st := ThroughputStep{Load: r, Decisions: d.decisions, CPUPerDecision: cpuPer(d.cpu, d.decisions), Pass: true}
 	switch {
 	case r.P99 > ms(h.plan.CeilingP99):
