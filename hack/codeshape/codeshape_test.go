@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	pathpkg "path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,10 +30,10 @@ var skipped = map[string]string{
 // root is the repository root, two levels above this package.
 const root = "../.."
 
-// sourceFiles lists the repository's non-test, non-generated Go files of
-// this module, relative to root: it leaves out nested modules (hack/envtest),
-// hidden folders, bin/ and testdata, and the skipped packages.
-func sourceFiles(t *testing.T) []string {
+// goFiles lists the Go files of this module, relative to root, tests
+// included: it leaves out nested modules (hack/envtest), hidden folders,
+// bin/ and testdata.
+func goFiles(t *testing.T) []string {
 	t.Helper()
 	var files []string
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -52,15 +53,12 @@ func sourceFiles(t *testing.T) []string {
 			if strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || rel == "bin" {
 				return fs.SkipDir
 			}
-			if _, ok := skipped[rel]; ok {
-				return fs.SkipDir
-			}
 			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
 				return fs.SkipDir // another module
 			}
 			return nil
 		}
-		if strings.HasSuffix(rel, ".go") && !strings.HasSuffix(rel, "_test.go") {
+		if strings.HasSuffix(rel, ".go") {
 			files = append(files, rel)
 		}
 		return nil
@@ -70,6 +68,18 @@ func sourceFiles(t *testing.T) []string {
 	}
 	if len(files) < 100 {
 		t.Fatalf("found only %d Go files under %s; is the walk broken?", len(files), root)
+	}
+	return files
+}
+
+// sourceFiles lists the non-test Go files of goFiles, leaving out the
+// skipped packages.
+func sourceFiles(t *testing.T) []string {
+	var files []string
+	for _, rel := range goFiles(t) {
+		if _, skip := skipped[pathpkg.Dir(rel)]; !skip && !strings.HasSuffix(rel, "_test.go") {
+			files = append(files, rel)
+		}
 	}
 	return files
 }

@@ -2,7 +2,10 @@
 // the rules a reviewer would otherwise check by hand:
 //
 //   - no non-test function is longer than MaxFuncLines lines unless the last
-//     line of its doc comment says why, with "long: " and a reason.
+//     line of its doc comment says why, with "long: " and a reason
+//     (TestFunctionLength);
+//   - docs/architecture.md's folder table lists every package, and non-test
+//     code imports only packages of its own row or below (TestFoldersTable).
 //
 // Run them with
 //
