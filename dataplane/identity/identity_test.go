@@ -240,6 +240,19 @@ func TestParseMappedErrors(t *testing.T) {
 	}
 }
 
+// TestParseMappedUnknownTopLevelOnce: however many unknown top-level fields
+// there are, one message says so, and it names none of them.
+func TestParseMappedUnknownTopLevelOnce(t *testing.T) {
+	_, err := ParseMapped([]byte("keys: []\n" + secret + ": 1\nother: 2\n"))
+	if err == nil {
+		t.Fatal("ParseMapped accepted unknown top-level fields")
+	}
+	msg := err.Error()
+	if n := strings.Count(msg, "unknown top-level field"); n != 1 || strings.Contains(msg, secret) || strings.Contains(msg, "other") {
+		t.Errorf("error:\n%s\nwant one unknown top-level field message, quoting no field", msg)
+	}
+}
+
 // keyFile maps "test" (by digest, in upper case), shop-b's raw key and a
 // second key of shop-a.
 var keyFile = `

@@ -103,11 +103,13 @@ func ParseMapped(data []byte) (*Mapped, error) {
 		return nil, errors.New(`must be a mapping with a "keys" list`)
 	}
 	var errs []error
-	for _, e := range top.Errors {
-		if e.Problem == strictdecode.Invalid {
+	for i, e := range top.Errors {
+		switch {
+		case e.Problem == strictdecode.Invalid:
 			return nil, errors.Join(append(errs, errors.New("keys: must be a list"))...)
+		case i == 0: // unknown fields come first; one message for all
+			errs = append(errs, errors.New(`unknown top-level field (the only field is "keys")`))
 		}
-		errs = append(errs, errors.New(`unknown top-level field (the only field is "keys")`))
 	}
 	if !top.Has("keys") {
 		return nil, errors.Join(append(errs, errors.New(`keys: missing (use "keys: []" for no keys)`))...)
