@@ -97,6 +97,15 @@ type Options struct {
 
 // AddFlags registers the options as flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	o.addServingFlags(fs)
+	o.addInputFlags(fs)
+	o.addLimiterFlags(fs)
+	o.addClusterFlags(fs)
+	o.addTimeoutFlags(fs)
+}
+
+// addServingFlags registers the flags of the addresses the gateway serves: the proxy, the admin server and the Envoy rate limit service.
+func (o *Options) addServingFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Listen, "listen", ":8080", "Address of the proxy (client traffic).")
 	fs.StringVar(&o.AdminListen, "admin-listen", ":9090", "Address of /metrics, /healthz and /readyz; \"\" disables it.")
 	fs.BoolVar(&o.Pprof, "pprof", false, "Serve /debug/pprof/ on the admin address.")
@@ -113,6 +122,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.RLSTLSKey, "rls-tls-key", "", "With --rls-tls-cert: its PEM private key.")
 	fs.StringVar(&o.RLSClientCA, "rls-client-ca", "",
 		"With --rls-tls-cert: PEM CA certificates; clients of the rate limit port must then present a certificate they sign (mTLS).")
+}
+
+// addInputFlags registers the flags of what the gateway reads (routes, rules, API keys), how a request finds its tenant, and the response headers.
+func (o *Options) addInputFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.RoutesFile, "routes", "", "Route file (YAML): id, methods, path or pathPrefix, upstream per route. Reloaded on change. Required, unless --rls-listen is set (then without it no HTTP proxy runs).")
 	fs.StringVar(&o.RulesPath, "rules", "",
 		"Standalone mode: a RateLimitRule manifest file or directory (the YAML users kubectl apply), reloaded on change. "+
@@ -134,7 +147,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 
 	fs.Int64Var(&o.DefaultCapacity, "default-capacity", 20, "Burst of the built-in rule used when no RateLimitRule matches.")
 	fs.Int64Var(&o.DefaultRefillPerSecond, "default-refill-per-second", 10, "Rate of the built-in rule used when no RateLimitRule matches.")
+}
 
+// addLimiterFlags registers the flags of how decisions are made: the limiter, Redis, the breaker, the region.
+func (o *Options) addLimiterFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Limiter, "limiter", LimiterRedis,
 		"Decision backend: redis (shared buckets, local fallback on failure) or local (in-process buckets only, sized 1/--replicas; for trying tollgate without Redis).")
 	o.Redis.AddFlags(fs)
@@ -157,7 +173,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.PrefetchTTL, "prefetch-ttl", 250*time.Millisecond, "How long tokens prefetched for a hotKey rule, or granted by Redis after their request was already answered (Redis stalled), stay usable for the next requests of the bucket before they are dropped.")
 	fs.StringVar(&o.Region, "region", "",
 		"This gateway's region: rules with spec.regions are enforced at this region's share, with keys of their own. Default: none (whole limits).")
+}
 
+// addClusterFlags registers the flags of Kubernetes: the snapshot ConfigMaps and the count of replicas.
+func (o *Options) addClusterFlags(fs *pflag.FlagSet) {
 	o.Kube.AddFlags(fs)
 	fs.StringVar(&o.SnapshotNamespace, "snapshot-namespace", podNamespace(), "Namespace of the controller's rule snapshot ConfigMaps (and of the replica Leases).")
 	fs.StringVar(&o.SnapshotName, "snapshot-name", "tollgate-rules", "Snapshot name: the ConfigMaps labelled ratelimit.tollgate.dev/snapshot=<name> are read.")
@@ -170,6 +189,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MembershipGroup, "membership-group", "tollgate-gateway", "Name shared by the gateway replicas that count each other through Leases.")
 	fs.StringVar(&o.PodName, "pod-name", os.Getenv("POD_NAME"), "This replica's name in its Lease. Default: $POD_NAME, else the host name.")
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", 6*time.Second, "A replica whose Lease is not renewed for this long stops counting.")
+}
+
+// addTimeoutFlags registers the flags of the reload interval and the timeouts of client and upstream connections.
+func (o *Options) addTimeoutFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ReloadInterval, "reload-interval", time.Second, "How often the routes, rules and API key files are checked for changes.")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 15*time.Second, "On SIGTERM, time given to in-flight requests before the gateway exits.")
 	fs.DurationVar(&o.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "Time a client has to send request headers.")

@@ -2,12 +2,12 @@ package gateway
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
-	"os"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/tollgate-dev/tollgate/internal/lib/certpool"
 )
 
 // rlsServerOptions returns the gRPC options of the rate limit port: TLS with
@@ -24,13 +24,9 @@ func (o *Options) rlsServerOptions() ([]grpc.ServerOption, error) {
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 	if o.RLSClientCA != "" {
-		pem, err := os.ReadFile(o.RLSClientCA)
+		pool, err := certpool.Load("--rls-client-ca", o.RLSClientCA)
 		if err != nil {
-			return nil, fmt.Errorf("reading --rls-client-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--rls-client-ca %s holds no PEM certificate", o.RLSClientCA)
+			return nil, err
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}

@@ -204,6 +204,14 @@ func TestParseMappedErrors(t *testing.T) {
 			src:  "keys:\n  - tenant: a\n    key: ' '\n  - tenant: b\n  - tenant: c\n    key: " + secret + "\n  - tenant: '-d'\n    sha256: " + secret + "\n",
 			want: []string{"keys[0]: key:", "keys[1]: one of", "keys[3]: tenant:", "keys[3]: sha256:"},
 		},
+		{
+			name:   "every wrong type reported",
+			src:    "keys:\n  - tenant: [" + secret + "]\n    key: 12345678901234567\n  - tenant: b\n    sha256: {" + secret + ": 1}\n",
+			want:   []string{"keys[0]: tenant: must be a valid id", "keys[0]: key: must be a string", "keys[1]: sha256: must be 64 hex digits"},
+			secret: "12345678901234567",
+		},
+		{name: "keys null entry", src: "keys: [null]\n", want: []string{"keys[0]: must be a mapping"}},
+		{name: "keys a string", src: "keys: " + secret + "\n", want: []string{"keys: must be a list"}},
 		{name: "tab indentation", src: "keys:\n\t- tenant: a\n", want: []string{"syntax: line 2: found character that cannot start any token"}},
 		{name: "unknown anchor", src: entry("    key: *" + secret + "\n"), want: []string{"syntax: ", "details withheld"}},
 		{name: "duplicate field named like a key", src: entry("    key: a\n    " + secret + ": 1\n    " + secret + ": 2\n"), want: []string{"syntax: line 5: duplicate field"}},
@@ -229,6 +237,19 @@ func TestParseMappedErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestParseMappedUnknownTopLevelOnce: however many unknown top-level fields
+// there are, one message says so, and it names none of them.
+func TestParseMappedUnknownTopLevelOnce(t *testing.T) {
+	_, err := ParseMapped([]byte("keys: []\n" + secret + ": 1\nother: 2\n"))
+	if err == nil {
+		t.Fatal("ParseMapped accepted unknown top-level fields")
+	}
+	msg := err.Error()
+	if n := strings.Count(msg, "unknown top-level field"); n != 1 || strings.Contains(msg, secret) || strings.Contains(msg, "other") {
+		t.Errorf("error:\n%s\nwant one unknown top-level field message, quoting no field", msg)
 	}
 }
 

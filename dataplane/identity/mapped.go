@@ -72,8 +72,13 @@ func LoadMapped(path string) (*Mapped, error) {
 	return filewatch.Load(path, maxFileSize, ParseMapped)
 }
 
-// entryFields are the fields of a key file entry.
-var entryFields = []string{"tenant", "sha256", "key"}
+// entry is a key file entry. Pointers tell null (not a string) from
+// absent.
+type entry struct {
+	Tenant *string `json:"tenant"`
+	SHA256 *string `json:"sha256"`
+	Key    *string `json:"key"`
+}
 
 // ParseMapped parses and validates a key file (see Mapped). Every problem is
 // reported, one per line, naming the entry and the field, e.g.
@@ -88,23 +93,28 @@ func ParseMapped(data []byte) (*Mapped, error) {
 	if err != nil {
 		return nil, syntaxError(err)
 	}
-	// Decode field by field rather than into a struct: this gives errors
-	// naming entry and field, and quoting nothing of the file.
-	top, ok := strictdecode.ParseObject(js)
-	if !ok || top == nil {
+	// Decode one field at a time: this gives errors naming entry and
+	// field, and quoting nothing of the file.
+	var file struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	top, ok := strictdecode.Fields(js, &file)
+	if !ok || top.Null {
 		return nil, errors.New(`must be a mapping with a "keys" list`)
 	}
 	var errs []error
-	if len(top.Unknown([]string{"keys"})) > 0 {
-		errs = append(errs, errors.New(`unknown top-level field (the only field is "keys")`))
+	for i, e := range top.Errors {
+		switch {
+		case e.Problem == strictdecode.Invalid:
+			return nil, errors.Join(append(errs, errors.New("keys: must be a list"))...)
+		case i == 0: // unknown fields come first; one message for all
+			errs = append(errs, errors.New(`unknown top-level field (the only field is "keys")`))
+		}
 	}
 	if !top.Has("keys") {
 		return nil, errors.Join(append(errs, errors.New(`keys: missing (use "keys: []" for no keys)`))...)
 	}
-	items, ok := top.List("keys")
-	if !ok {
-		return nil, errors.Join(append(errs, errors.New("keys: must be a list"))...)
-	}
+	items := file.Keys
 
 	m := &Mapped{tenants: make(map[[sha256.Size]byte]string, len(items))}
 	seen := make(map[[sha256.Size]byte]int, len(items))
@@ -129,26 +139,32 @@ func ParseMapped(data []byte) (*Mapped, error) {
 // parseEntry validates entry i. It returns the tenant, the digest of the key,
 // the field the key came from, and every problem found.
 func parseEntry(i int, raw json.RawMessage) (tenant string, sum [sha256.Size]byte, field string, errs []error) {
-	fields, ok := strictdecode.ParseObject(raw)
-	if !ok || fields == nil {
+	var e entry
+	fields, ok := strictdecode.Fields(raw, &e)
+	if !ok || fields.Null {
 		return "", sum, "", []error{fmt.Errorf("keys[%d]: must be a mapping", i)}
 	}
 	fail := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("keys[%d]: "+format, append([]any{i}, args...)...))
 	}
 	// Unknown field names are not quoted: a key pasted as one would leak.
-	for _, u := range fields.Unknown(entryFields) {
-		if u.Like != "" {
+	// A field of the wrong type is reported below, as not a valid value.
+	for _, u := range fields.Errors {
+		switch {
+		case u.Problem != strictdecode.Unknown:
+		case u.Like != "":
 			fail("unknown field (did you mean %q?)", u.Like)
-		} else {
+		default:
 			fail("unknown field (fields are tenant, sha256 and key)")
 		}
 	}
 
 	if !fields.Has("tenant") {
 		fail("tenant: missing")
-	} else if tenant, ok = fields.String("tenant"); !ok || !v1alpha1.ValidIdentifier(tenant) {
+	} else if e.Tenant == nil || !v1alpha1.ValidIdentifier(*e.Tenant) {
 		fail("tenant: must be a valid id (1-64 characters [A-Za-z0-9._-], starting with a letter or digit)")
+	} else {
+		tenant = *e.Tenant
 	}
 
 	hasSum, hasKey := fields.Has("sha256"), fields.Has("key")
@@ -157,19 +173,19 @@ func parseEntry(i int, raw json.RawMessage) (tenant string, sum [sha256.Size]byt
 		fail("exactly one of sha256 and key is allowed, not both")
 	case hasSum:
 		field = "sha256"
-		if s, ok := fields.String("sha256"); !ok || len(s) != 2*sha256.Size {
+		if e.SHA256 == nil || len(*e.SHA256) != 2*sha256.Size {
 			fail("sha256: must be 64 hex digits (the SHA-256 of the key)")
-		} else if _, err := hex.Decode(sum[:], []byte(s)); err != nil {
+		} else if _, err := hex.Decode(sum[:], []byte(*e.SHA256)); err != nil {
 			fail("sha256: must be 64 hex digits (the SHA-256 of the key)")
 		}
 	case hasKey:
 		field = "key"
-		if s, ok := fields.String("key"); !ok {
+		if e.Key == nil {
 			fail("key: must be a string (quote it)")
-		} else if !validKey(s) {
+		} else if !validKey(*e.Key) {
 			fail("key: must be 1-%d printable ASCII characters (0x21-0x7e)", MaxKeyLength)
 		} else {
-			sum = sha256.Sum256([]byte(s))
+			sum = sha256.Sum256([]byte(*e.Key))
 		}
 	default:
 		fail("one of sha256 and key is required")

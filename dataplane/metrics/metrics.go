@@ -64,6 +64,7 @@ const (
 
 // NewGateway creates the metrics and registers them, with the Go and process
 // collectors, on reg.
+// long: one declaration per metric, read as a table of names and help texts.
 func NewGateway(reg prometheus.Registerer) *Gateway {
 	m := &Gateway{
 		reg: reg,

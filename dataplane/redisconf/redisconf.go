@@ -4,7 +4,6 @@ package redisconf
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"os"
 	"strings"
@@ -13,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/spf13/pflag"
+
+	"github.com/tollgate-dev/tollgate/internal/lib/certpool"
 )
 
 // Modes of Options.Mode.
@@ -151,20 +152,9 @@ func (o *Options) NewClient() (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	var tlsConfig *tls.Config
-	if o.TLS {
-		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.TLSServerName, InsecureSkipVerify: o.TLSInsecureSkipVerify} //nolint:gosec // opt-in flag
-		if o.TLSCAFile != "" {
-			pem, err := os.ReadFile(o.TLSCAFile)
-			if err != nil {
-				return nil, fmt.Errorf("reading --redis-tls-ca-file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("--redis-tls-ca-file %s holds no PEM certificate", o.TLSCAFile)
-			}
-			tlsConfig.RootCAs = pool
-		}
+	tlsConfig, err := o.tlsConfig()
+	if err != nil {
+		return nil, err
 	}
 	common := func(u *redis.UniversalOptions) {
 		u.Username, u.Password = o.Username, password
@@ -199,4 +189,20 @@ func (o *Options) NewClient() (redis.UniversalClient, error) {
 	default:
 		return redis.NewClusterClient(u.Cluster()), nil
 	}
+}
+
+// tlsConfig is the client's TLS configuration, nil without --redis-tls.
+func (o *Options) tlsConfig() (*tls.Config, error) {
+	if !o.TLS {
+		return nil, nil
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.TLSServerName, InsecureSkipVerify: o.TLSInsecureSkipVerify} //nolint:gosec // opt-in flag
+	if o.TLSCAFile != "" {
+		pool, err := certpool.Load("--redis-tls-ca-file", o.TLSCAFile)
+		if err != nil {
+			return nil, err
+		}
+		tlsConfig.RootCAs = pool
+	}
+	return tlsConfig, nil
 }

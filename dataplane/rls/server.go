@@ -181,14 +181,9 @@ func (s *Server) response(results []decided) *rlsv3.RateLimitResponse {
 	add(limitheaders.Limit, strconv.FormatInt(t.d.Limit, 10))
 	add(limitheaders.Remaining, strconv.FormatInt(remaining, 10))
 	if s.opts.IETFHeaders {
-		policy := make([]string, len(results))
-		state := make([]string, len(results))
-		for i := range results {
-			policy[i] = limitheaders.Policy(results[i].t.Route, results[i].rule, results[i].d)
-			state[i] = limitheaders.State(results[i].t.Route, results[i].d)
-		}
-		add(limitheaders.IETFPolicy, strings.Join(policy, ", "))
-		add(limitheaders.IETF, strings.Join(state, ", "))
+		policy, state := ietfHeaders(results)
+		add(limitheaders.IETFPolicy, policy)
+		add(limitheaders.IETF, state)
 	}
 	if res.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && !retryNever {
 		add(limitheaders.RetryAfter, strconv.FormatInt(retry, 10))
@@ -198,6 +193,18 @@ func (s *Server) response(results []decided) *rlsv3.RateLimitResponse {
 	}
 	res.ResponseHeadersToAdd = hs
 	return res
+}
+
+// ietfHeaders are the values of the IETF RateLimit-Policy and RateLimit
+// headers: one item per descriptor.
+func ietfHeaders(results []decided) (policy, state string) {
+	ps := make([]string, len(results))
+	ss := make([]string, len(results))
+	for i := range results {
+		ps[i] = limitheaders.Policy(results[i].t.Route, results[i].rule, results[i].d)
+		ss[i] = limitheaders.State(results[i].t.Route, results[i].d)
+	}
+	return strings.Join(ps, ", "), strings.Join(ss, ", ")
 }
 
 // tighter reports whether a constrains the request more than b: over the

@@ -146,25 +146,27 @@ func Parse(data []byte) (*Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("syntax: %w", err)
 	}
-	// Decode field by field rather than into a struct: this gives errors
-	// that name the route and the field.
-	top, ok := strictdecode.ParseObject(js)
+	// Decode one field at a time: this gives errors that name the route
+	// and the field.
+	var file struct {
+		Routes []json.RawMessage `json:"routes"`
+	}
+	top, ok := strictdecode.Fields(js, &file)
 	if !ok {
 		return nil, errors.New(`must be a mapping with a "routes" list`)
 	}
 	var errs []error
-	for _, u := range top.Unknown([]string{"routes"}) {
-		errs = append(errs, unknownField("", u))
+	for _, e := range top.Errors {
+		if e.Problem == strictdecode.Invalid {
+			return nil, errors.Join(append(errs, errors.New("routes: must be a list"))...)
+		}
+		errs = append(errs, e)
 	}
 	if !top.Has("routes") {
 		errs = append(errs, errors.New(`routes: missing (use "routes: []" for an empty table)`))
 		return nil, errors.Join(errs...)
 	}
-	items, ok := top.List("routes")
-	if !ok {
-		errs = append(errs, errors.New("routes: must be a list"))
-		return nil, errors.Join(errs...)
-	}
+	items := file.Routes
 
 	routes := make([]Route, 0, len(items))
 	seen := make(map[string]int, len(items))
@@ -186,8 +188,17 @@ func Parse(data []byte) (*Table, error) {
 	return newTable(routes), nil
 }
 
-// routeFields are the keys of a route, in the order they are checked.
-var routeFields = []string{"id", "methods", "path", "pathPrefix", "upstream", "host", "stripPrefix", "timeout"}
+// wants says what each field of a route must be, for type errors.
+var wants = map[string]string{
+	"id":          "a string (quote ids that look like numbers)",
+	"methods":     "a list of strings",
+	"path":        "a string",
+	"pathPrefix":  "a string",
+	"upstream":    "a string",
+	"host":        "a string",
+	"stripPrefix": "a boolean",
+	"timeout":     `a duration string such as "30s"`,
+}
 
 // label names route i in error messages.
 func label(i int, id string) string {
@@ -197,127 +208,140 @@ func label(i int, id string) string {
 	return fmt.Sprintf("routes[%d] (id %q)", i, id)
 }
 
-// unknownField reports an unknown field, hinting at the known field it
-// spells in another case.
-func unknownField(prefix string, u strictdecode.Unknown) error {
-	if u.Like != "" {
-		return fmt.Errorf("%sunknown field %q (did you mean %q?)", prefix, u.Name, u.Like)
-	}
-	return fmt.Errorf("%sunknown field %q", prefix, u.Name)
-}
-
 // parseRoute decodes and validates route i. It returns what it could decode
-// (the id at least, for duplicate detection) and every problem found. It is
-// long on purpose: one block per field, in the order of the file format, so
-// that each field's rules and messages can be read in one place.
+// (the id at least, for duplicate detection) and every problem found.
 func parseRoute(i int, raw json.RawMessage) (Route, []error) {
-	fields, ok := strictdecode.ParseObject(raw)
-	if !ok || fields == nil {
+	var f routeFile
+	fields, ok := strictdecode.Fields(raw, &f)
+	if !ok || fields.Null {
 		return Route{}, []error{fmt.Errorf("routes[%d]: must be a mapping", i)}
 	}
-	var f routeFile
-	// The id is decoded first so that every other message can name it.
-	_, _ = fields.Field("id", &f.ID)
-	where := label(i, f.ID)
-	var errs []error
-	fail := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s: %s", where, field, fmt.Sprintf(format, args...)))
-	}
-
-	for _, u := range fields.Unknown(routeFields) {
-		errs = append(errs, unknownField(where+": ", u))
-	}
-	decode := func(key string, dst any, want string) {
-		if _, err := fields.Field(key, dst); err != nil {
-			fail(key, "must be %s", want)
+	c := &routeCheck{where: label(i, f.ID)}
+	for _, e := range fields.Errors {
+		if e.Problem == strictdecode.Invalid {
+			c.fail(e.Name, "must be %s", wants[e.Name])
+		} else {
+			c.errs = append(c.errs, fmt.Errorf("%s: %w", c.where, e))
 		}
 	}
-	decode("id", &f.ID, "a string (quote ids that look like numbers)")
-	decode("methods", &f.Methods, "a list of strings")
-	decode("path", &f.Path, "a string")
-	decode("pathPrefix", &f.PathPrefix, "a string")
-	decode("upstream", &f.Upstream, "a string")
-	decode("host", &f.Host, "a string")
-	decode("stripPrefix", &f.StripPrefix, "a boolean")
-	decode("timeout", &f.Timeout, `a duration string such as "30s"`)
-	if len(errs) > 0 {
-		return Route{ID: f.ID}, errs
+	if len(c.errs) > 0 {
+		return Route{ID: f.ID}, c.errs
 	}
-
+	// One check per field, in the order of the file format.
 	r := Route{ID: f.ID, StripPrefix: f.StripPrefix}
+	c.id(f.ID)
+	r.Methods = c.methods(f.Methods)
+	r.Path, r.PathPrefix = c.paths(f.Path, f.PathPrefix, f.StripPrefix)
+	r.Upstream = c.upstream(f.Upstream)
+	r.Host = c.host(f.Host)
+	r.Timeout = c.timeout(f.Timeout)
+	return r, c.errs
+}
 
+// routeCheck collects the problems of one route, each naming the route
+// (where) and the field.
+type routeCheck struct {
+	where string
+	errs  []error
+}
+
+func (c *routeCheck) fail(field, format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("%s: %s: %s", c.where, field, fmt.Sprintf(format, args...)))
+}
+
+func (c *routeCheck) id(id string) {
 	switch {
-	case f.ID == "":
-		fail("id", "required")
-	case !v1alpha1.ValidIdentifier(f.ID):
-		fail("id", "must be 1 to %d characters of [A-Za-z0-9._-], starting with a letter or digit", v1alpha1.MaxIdentifierLength)
+	case id == "":
+		c.fail("id", "required")
+	case !v1alpha1.ValidIdentifier(id):
+		c.fail("id", "must be 1 to %d characters of [A-Za-z0-9._-], starting with a letter or digit", v1alpha1.MaxIdentifierLength)
 	}
+}
 
-	for j, m := range f.Methods {
+// methods returns the methods to store: nil for none.
+func (c *routeCheck) methods(methods []string) []string {
+	for j, m := range methods {
 		switch {
 		case !validMethod(m):
-			fail(fmt.Sprintf("methods[%d]", j), "%q is not an upper-case HTTP method token", m)
-		case contains(f.Methods[:j], m):
-			fail(fmt.Sprintf("methods[%d]", j), "duplicate %q", m)
+			c.fail(fmt.Sprintf("methods[%d]", j), "%q is not an upper-case HTTP method token", m)
+		case contains(methods[:j], m):
+			c.fail(fmt.Sprintf("methods[%d]", j), "duplicate %q", m)
 		}
 	}
-	if len(f.Methods) > 0 {
-		r.Methods = f.Methods
+	if len(methods) == 0 {
+		return nil
 	}
+	return methods
+}
 
+// paths checks that exactly one of path and prefix is set, and
+// stripPrefix only with a prefix; it returns them to store (the prefix
+// without a trailing slash).
+func (c *routeCheck) paths(path, prefix string, stripPrefix bool) (string, string) {
+	stripAlone := stripPrefix && prefix == ""
 	switch {
-	case f.Path != "" && f.PathPrefix != "":
-		fail("path", "set exactly one of path and pathPrefix, not both")
-	case f.Path == "" && f.PathPrefix == "":
-		fail("path", "set exactly one of path and pathPrefix")
-	case f.Path != "":
-		if msg := checkPath(f.Path); msg != "" {
-			fail("path", "%s", msg)
+	case path != "" && prefix != "":
+		c.fail("path", "set exactly one of path and pathPrefix, not both")
+	case path == "" && prefix == "":
+		c.fail("path", "set exactly one of path and pathPrefix")
+	case path != "":
+		if msg := checkPath(path); msg != "" {
+			c.fail("path", "%s", msg)
 		}
-		r.Path = f.Path
 	default:
-		if msg := checkPath(f.PathPrefix); msg != "" {
-			fail("pathPrefix", "%s", msg)
+		if msg := checkPath(prefix); msg != "" {
+			c.fail("pathPrefix", "%s", msg)
 		}
-		r.PathPrefix = f.PathPrefix
-		if len(r.PathPrefix) > 1 {
-			r.PathPrefix = strings.TrimSuffix(r.PathPrefix, "/")
+		if len(prefix) > 1 {
+			prefix = strings.TrimSuffix(prefix, "/")
 		}
 	}
-	if f.StripPrefix && f.PathPrefix == "" {
-		fail("stripPrefix", "only allowed with pathPrefix")
+	if stripAlone {
+		c.fail("stripPrefix", "only allowed with pathPrefix")
 	}
+	return path, prefix
+}
 
-	if f.Upstream == "" {
-		fail("upstream", "required")
-	} else if u, msg := parseUpstream(f.Upstream); msg != "" {
-		fail("upstream", "%s", msg)
-	} else {
-		r.Upstream = u
+func (c *routeCheck) upstream(s string) *url.URL {
+	if s == "" {
+		c.fail("upstream", "required")
+		return nil
 	}
+	u, msg := parseUpstream(s)
+	if msg != "" {
+		c.fail("upstream", "%s", msg)
+	}
+	return u
+}
 
-	if f.Host != "" {
-		if h, msg := checkHost(f.Host); msg != "" {
-			fail("host", "%s", msg)
-		} else {
-			r.Host = h
-		}
+// host returns the host to store, in lower case.
+func (c *routeCheck) host(h string) string {
+	if h == "" {
+		return ""
 	}
+	h, msg := checkHost(h)
+	if msg != "" {
+		c.fail("host", "%s", msg)
+	}
+	return h
+}
 
-	if f.Timeout != "" {
-		d, err := time.ParseDuration(f.Timeout)
-		switch {
-		case err != nil:
-			fail("timeout", "invalid duration %q (want e.g. \"30s\")", f.Timeout)
-		case d <= 0:
-			fail("timeout", "must be greater than 0, got %q", f.Timeout)
-		case d > maxTimeout:
-			fail("timeout", "must be at most %s, got %q", maxTimeout, f.Timeout)
-		default:
-			r.Timeout = d
-		}
+func (c *routeCheck) timeout(s string) time.Duration {
+	if s == "" {
+		return 0
 	}
-	return r, errs
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		c.fail("timeout", "invalid duration %q (want e.g. \"30s\")", s)
+	case d <= 0:
+		c.fail("timeout", "must be greater than 0, got %q", s)
+	case d > maxTimeout:
+		c.fail("timeout", "must be at most %s, got %q", maxTimeout, s)
+	default:
+		return d
+	}
+	return 0
 }
 
 func contains(list []string, s string) bool {

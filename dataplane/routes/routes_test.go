@@ -190,6 +190,11 @@ func TestParseErrors(t *testing.T) {
 		{"routes missing", "{}", `routes: missing`},
 		{"routes not a list", "routes: {a: b}\n", `routes: must be a list`},
 		{"route not a mapping", "routes: [a]\n", `routes[0]: must be a mapping`},
+		{"route null", "routes: [null]\n", `routes[0]: must be a mapping`},
+		{"routes a string", "routes: all\n", `routes: must be a list`},
+		{"path not a string", route(`id: x, path: [/x], upstream: 'http://x'`), `routes[2] (id "x"): path: must be a string`},
+		{"upstream not a string", route(`id: x, path: /x, upstream: {host: x}`), `routes[2] (id "x"): upstream: must be a string`},
+		{"host not a string", route(`id: x, path: /x, host: 1, upstream: 'http://x'`), `routes[2] (id "x"): host: must be a string`},
 		{"top level is a list", "- a\n", `must be a mapping with a "routes" list`},
 		{"YAML syntax error", "routes: [\n", `syntax:`},
 	}
@@ -215,6 +220,26 @@ func TestParseReportsEveryError(t *testing.T) {
 		`routes[0] (id "a"): path: must start with "/"`,
 		`routes[0] (id "a"): upstream: scheme must be http or https`,
 		`routes[1] (id "a"): timeout: must be at most`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error:\n%v\nmissing %q", err, want)
+		}
+	}
+}
+
+// TestParseReportsEveryBadField: a wrong type in one field hides neither
+// the next one nor an unknown field.
+func TestParseReportsEveryBadField(t *testing.T) {
+	_, err := Parse([]byte("routes:\n- {id: a, methods: GET, pathPrefix: 1, stripPrefix: 'no', upstream: 'http://b', timeout: 30, Host: x}\n"))
+	if err == nil {
+		t.Fatal("Parse succeeded")
+	}
+	for _, want := range []string{
+		`routes[0] (id "a"): unknown field "Host" (did you mean "host"?)`,
+		`routes[0] (id "a"): methods: must be a list of strings`,
+		`routes[0] (id "a"): pathPrefix: must be a string`,
+		`routes[0] (id "a"): stripPrefix: must be a boolean`,
+		`routes[0] (id "a"): timeout: must be a duration string`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error:\n%v\nmissing %q", err, want)

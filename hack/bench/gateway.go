@@ -244,6 +244,32 @@ func (g *gatewayProc) counters(ctx context.Context) (counters, error) {
 	}, nil
 }
 
+// measure runs f and returns how the gateway's counters moved meanwhile.
+func (g *gatewayProc) measure(ctx context.Context, f func() error) (counters, error) {
+	c0, err := g.counters(ctx)
+	if err != nil {
+		return counters{}, err
+	}
+	if err := f(); err != nil {
+		return counters{}, err
+	}
+	c1, err := g.counters(ctx)
+	if err != nil {
+		return counters{}, err
+	}
+	return c1.sub(c0), nil
+}
+
+// loadOn runs the load spec against gw and returns its result and how the
+// gateway's counters moved meanwhile.
+func (h *harness) loadOn(ctx context.Context, gw *gatewayProc, spec loadSpec) (r *loadResult, d counters, err error) {
+	d, err = gw.measure(ctx, func() error {
+		r, err = h.load(ctx, spec)
+		return err
+	})
+	return r, d, err
+}
+
 func (c counters) sub(o counters) counters {
 	return counters{c.cpu - o.cpu, c.decisions - o.decisions, c.roundTrips - o.roundTrips, c.commands - o.commands, c.redisDecs - o.redisDecs}
 }

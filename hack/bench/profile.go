@@ -35,24 +35,11 @@ func (h *harness) profile(ctx context.Context, gw *gatewayProc, name string, mix
 	if err := sleep(ctx, 500*time.Millisecond); err != nil {
 		return nil, err
 	}
-	c0, err := gw.counters(ctx)
-	if err != nil {
-		return nil, err
-	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", gw.admin, secs), nil)
-	resp, err := (&http.Client{Timeout: time.Duration(secs+10) * time.Second}).Do(req)
-	if err != nil {
-		return nil, err
-	}
-	data, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("/debug/pprof/profile: %s: %s", resp.Status, bytes.TrimSpace(data))
-	}
-	c1, err := gw.counters(ctx)
+	var data []byte
+	d, err := gw.measure(ctx, func() (err error) {
+		data, err = gw.cpuProfile(ctx, secs)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +47,6 @@ func (h *harness) profile(ctx context.Context, gw *gatewayProc, name string, mix
 	if err := os.WriteFile(file, data, 0o644); err != nil {
 		return nil, err
 	}
-	d := c1.sub(c0)
 	p := &ProfileResult{Rate: rate, Seconds: float64(secs), CPUPerRequest: cpuPer(d.cpu, d.decisions), File: filepath.Base(file)}
 	cum, err := pprofTop(ctx, file, true, 500)
 	if err != nil {
@@ -139,3 +125,21 @@ func shortFunc(f string) string {
 // load generator is starved on a busy machine. The figure is then missing,
 // not wrong, and the scenario goes on without it.
 var errNoSamples = errors.New("the CPU profile holds no sample (machine too busy to drive the load)")
+
+// cpuProfile takes a CPU profile of the gateway over secs seconds.
+func (g *gatewayProc) cpuProfile(ctx context.Context, secs int) ([]byte, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", g.admin, secs), nil)
+	resp, err := (&http.Client{Timeout: time.Duration(secs+10) * time.Second}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/debug/pprof/profile: %s: %s", resp.Status, bytes.TrimSpace(data))
+	}
+	return data, nil
+}

@@ -31,6 +31,18 @@ type md struct{ strings.Builder }
 
 func (m *md) p(format string, args ...any) { fmt.Fprintf(m, format+"\n", args...) }
 
+// para writes a paragraph: a line and a blank one.
+func (m *md) para(format string, args ...any) {
+	m.p(format, args...)
+	m.p("")
+}
+
+// section starts a section: its title and its intro paragraph.
+func (m *md) section(title, intro string, args ...any) {
+	m.para("## %s", title)
+	m.para(intro, args...)
+}
+
 func (m *md) table(head []string, rows [][]string) {
 	m.p("| %s |", strings.Join(head, " | "))
 	seps := make([]string, len(head))
@@ -47,8 +59,7 @@ func (m *md) table(head []string, rows [][]string) {
 func (h *harness) plot(m *md, name, alt string) {
 	for _, p := range h.plots {
 		if p == name {
-			m.p("![%s](%s)", alt, name)
-			m.p("")
+			m.para("![%s](%s)", alt, name)
 		}
 	}
 }
@@ -69,8 +80,7 @@ func xrBase(x, base float64) string {
 func (h *harness) markdown() string {
 	r := h.res
 	var m md
-	m.p("# tollgate benchmark report (%s run)", r.Meta.Mode)
-	m.p("")
+	m.para("# tollgate benchmark report (%s run)", r.Meta.Mode)
 	m.p("- date: %s", r.Meta.Date)
 	m.p("- machine: %d cores, %s, %.1f GiB, Linux %s, %s, redis-server %s", r.Meta.Cores, r.Meta.CPUModel, float64(r.Meta.MemoryBytes)/(1<<30), r.Meta.Kernel, r.Meta.GoVersion, r.Meta.RedisVersion)
 	m.p("- command: `%s` (%.0f s)", r.Meta.Command, r.Meta.Seconds)
@@ -84,8 +94,7 @@ func (h *harness) markdown() string {
 	}
 	m.p("")
 	if len(r.Errors) > 0 {
-		m.p("## Errors")
-		m.p("")
+		m.para("## Errors")
 		var keys []string
 		for k := range r.Errors {
 			keys = append(keys, k)
@@ -96,10 +105,7 @@ func (h *harness) markdown() string {
 		}
 		m.p("")
 	}
-	m.p("## Targets")
-	m.p("")
-	m.p("The targets are written in hack/bench/targets.go (the table `targets`); BENCHMARKS.md shows the last full run against them.")
-	m.p("")
+	m.section("Targets", "The targets are written in hack/bench/targets.go (the table `targets`); BENCHMARKS.md shows the last full run against them.")
 	var rows [][]string
 	for _, t := range r.Targets {
 		status := t.Status
@@ -112,8 +118,7 @@ func (h *harness) markdown() string {
 		rows = append(rows, []string{t.What, t.Target, t.Measured, status, t.Note})
 	}
 	m.table([]string{"what", "target", "measured", "status", "note"}, rows)
-	m.p("Reference figures for context (from the issue, other machines): one redis-server does ~60–70k EVALSHA/s unpipelined and 80–125k/s with 16-deep pipelining; Envoy's Go ratelimit service ~8,000 decisions/s at p99 ~14 ms and ~117 µs CPU per decision; nginx as a reverse proxy adds ~100–150 µs at p50.")
-	m.p("")
+	m.para("Reference figures for context (from the issue, other machines): one redis-server does ~60–70k EVALSHA/s unpipelined and 80–125k/s with 16-deep pipelining; Envoy's Go ratelimit service ~8,000 decisions/s at p99 ~14 ms and ~117 µs CPU per decision; nginx as a reverse proxy adds ~100–150 µs at p50.")
 
 	h.mdLatency(&m)
 	h.mdThroughput(&m)
@@ -139,10 +144,7 @@ func (h *harness) mdLatency(m *md) {
 	if l == nil {
 		return
 	}
-	m.p("## 1. Added latency (baseline: direct to the upstream)")
-	m.p("")
-	m.p("One gateway process (default flags: batched Redis), rule %s; tenants: %s. Each rate runs %s direct, then %s through the gateway.", l.Rule, l.Mix, h.plan.LatencyDur, h.plan.LatencyDur)
-	m.p("")
+	m.section("1. Added latency (baseline: direct to the upstream)", "One gateway process (default flags: batched Redis), rule %s; tenants: %s. Each rate runs %s direct, then %s through the gateway.", l.Rule, l.Mix, h.plan.LatencyDur, h.plan.LatencyDur)
 	var rows [][]string
 	for _, s := range l.Steps {
 		rows = append(rows, []string{fmt.Sprint(s.Rate),
@@ -173,11 +175,8 @@ func (h *harness) mdThroughput(m *md) {
 	if t == nil {
 		return
 	}
-	m.p("## 2. Throughput ceiling per gateway instance (baseline: classic, one EVALSHA per request)")
-	m.p("")
-	m.p("The offered rate steps up (%s per step) until p99 > %s, more than %.0f%% errors (neither 2xx nor 429), or the load generator cannot send the rate. Tenants: %s; rule %s.",
+	m.section("2. Throughput ceiling per gateway instance (baseline: classic, one EVALSHA per request)", "The offered rate steps up (%s per step) until p99 > %s, more than %.0f%% errors (neither 2xx nor 429), or the load generator cannot send the rate. Tenants: %s; rule %s.",
 		h.plan.CeilingDur, h.plan.CeilingP99, 100*h.plan.CeilingBadMax, t.Mix, generousRule(false))
-	m.p("")
 	var rows [][]string
 	for _, md := range t.Modes {
 		base := t.Modes[0]
@@ -194,14 +193,11 @@ func (h *harness) mdThroughput(m *md) {
 			rows = append(rows, []string{md.Mode, fmt.Sprint(s.Load.Rate), fmt.Sprintf("%.0f", s.Load.SentRate), f3(s.Load.P50), f3(s.Load.P99), f3(s.Load.P999), fmt.Sprintf("%.2f%%", 100*s.Load.BadFrac), f1(s.CPUPerDecision), v})
 		}
 	}
-	m.p("<details><summary>every step</summary>")
-	m.p("")
+	m.para("<details><summary>every step</summary>")
 	m.table([]string{"mode", "offered", "sent/s", "p50", "p99", "p99.9", "errors", "CPU µs/decision", ""}, rows)
-	m.p("</details>")
-	m.p("")
+	m.para("</details>")
 	h.plot(m, "throughput.png", "p99 vs offered rate per limiter mode")
-	m.p("**CPU profile** of each mode at %d req/s (`--pprof`, `go tool pprof -top`; files `profile-<mode>.pb.gz`). The limiter's share is the cumulative CPU of `decision.(*Engine).Decide` (rule lookup, cache, breaker, local buckets, and in classic mode the Redis call) plus `limiter.(*Batcher).work` (pipelines: go-redis and the socket); GC caused by their allocations is not attributed, so it is a lower bound.", h.plan.ProfileRate)
-	m.p("")
+	m.para("**CPU profile** of each mode at %d req/s (`--pprof`, `go tool pprof -top`; files `profile-<mode>.pb.gz`). The limiter's share is the cumulative CPU of `decision.(*Engine).Decide` (rule lookup, cache, breaker, local buckets, and in classic mode the Redis call) plus `limiter.(*Batcher).work` (pipelines: go-redis and the socket); GC caused by their allocations is not attributed, so it is a lower bound.", h.plan.ProfileRate)
 	rows = nil
 	for _, md := range t.Modes {
 		if p := md.Profile; p != nil {
@@ -211,15 +207,13 @@ func (h *harness) mdThroughput(m *md) {
 	m.table([]string{"mode", "gateway CPU µs/request", "limiter share", "limiter CPU µs/decision", "roots"}, rows)
 	for _, md := range t.Modes {
 		if p := md.Profile; p != nil && len(p.Top) > 0 {
-			m.p("<details><summary>%s: heaviest functions (flat)</summary>", md.Mode)
-			m.p("")
+			m.para("<details><summary>%s: heaviest functions (flat)</summary>", md.Mode)
 			m.p("```")
 			for _, l := range p.Top {
 				m.p("%s", l)
 			}
 			m.p("```")
-			m.p("</details>")
-			m.p("")
+			m.para("</details>")
 		}
 	}
 }
@@ -229,11 +223,8 @@ func (h *harness) mdRedisCost(m *md) {
 	if c == nil {
 		return
 	}
-	m.p("## 3. Redis cost per decision (baseline: classic)")
-	m.p("")
-	m.p("%d req/s for %s on the mix (%s), then the hot tenant alone at its share of that rate. Rule: %s. Round trips and script calls sent come from the gateway's `/metrics` (`tollgate_gateway_redis_roundtrips_total`, `_commands_total`) over `tollgate_gateway_decisions_total`; Redis's own count is `INFO commandstats` (evalsha + eval) after `CONFIG RESETSTAT`. The local mode makes no Redis calls.",
+	m.section("3. Redis cost per decision (baseline: classic)", "%d req/s for %s on the mix (%s), then the hot tenant alone at its share of that rate. Rule: %s. Round trips and script calls sent come from the gateway's `/metrics` (`tollgate_gateway_redis_roundtrips_total`, `_commands_total`) over `tollgate_gateway_decisions_total`; Redis's own count is `INFO commandstats` (evalsha + eval) after `CONFIG RESETSTAT`. The local mode makes no Redis calls.",
 		h.plan.CostRate, h.plan.CostDur, c.Mix, c.Rule)
-	m.p("")
 	var rows [][]string
 	var base *RedisCostMode
 	for i := range c.Modes {
@@ -262,10 +253,7 @@ func (h *harness) mdAccuracy(m *md) {
 	if a == nil {
 		return
 	}
-	m.p("## 4. Accuracy: admitted vs ideal (baseline: the ideal token bucket)")
-	m.p("")
-	m.p("Rule %s; load: %s. %s.", a.Rule, a.Load, a.Note)
-	m.p("")
+	m.section("4. Accuracy: admitted vs ideal (baseline: the ideal token bucket)", "Rule %s; load: %s. %s.", a.Rule, a.Load, a.Note)
 	var rows [][]string
 	for _, c := range a.Cases {
 		batch := ""
@@ -276,8 +264,7 @@ func (h *harness) mdAccuracy(m *md) {
 			fmt.Sprintf("%.0f – %.0f", c.IdealLow, c.IdealHigh), fmt.Sprintf("%.4f", c.Ratio), fmt.Sprintf("%+.2f%%", 100*c.Error), fmt.Sprintf("±%.0f%%", 100*c.Target), okMark(c.Within)})
 	}
 	m.table([]string{"case", "instances", "prefetch batch", "window s", "decisions", "admitted", "ideal", "admitted/ideal", "error", "target", ""}, rows)
-	m.p("The error is 0 inside the ideal range (the window bracketed by Redis TIME before and after stopping the load), else the distance to its nearer end.")
-	m.p("")
+	m.para("The error is 0 inside the ideal range (the window bracketed by Redis TIME before and after stopping the load), else the distance to its nearer end.")
 	h.plot(m, "accuracy-healthy-20.png", "admitted vs ideal, 20 instances, Redis healthy")
 	h.plot(m, "accuracy-outage-20.png", "admitted vs ideal, 20 instances, Redis outage")
 }
@@ -287,10 +274,7 @@ func (h *harness) mdOutage(m *md) {
 	if o == nil || o.Before == nil {
 		return
 	}
-	m.p("## 5. Redis outage under load (baseline: direct to the upstream, and the gateway before the kill)")
-	m.p("")
-	m.p("%d req/s through one gateway (%s); rule %s. redis-server is killed with SIGKILL, then restarted empty on the same port after %s.", o.Rate, o.Flags, o.Rule, h.plan.OutagePhase)
-	m.p("")
+	m.section("5. Redis outage under load (baseline: direct to the upstream, and the gateway before the kill)", "%d req/s through one gateway (%s); rule %s. redis-server is killed with SIGKILL, then restarted empty on the same port after %s.", o.Rate, o.Flags, o.Rule, h.plan.OutagePhase)
 	m.p("- breaker open **%.0f ms** after the kill (`tollgate_gateway_breaker_state{state=\"open\"}` polled every %.0f ms); first local decision seen after %.0f ms", o.OpenAfterMs, o.PollMs, o.LocalAfterMs)
 	if o.ClosedAfterMs >= 0 {
 		m.p("- breaker closed %.0f ms after the restart", o.ClosedAfterMs)
@@ -299,15 +283,13 @@ func (h *harness) mdOutage(m *md) {
 	}
 	m.p("- requests ≥ %.0f ms (the Redis deadline) while open: **%d** of %d; before the kill: %d of %d", o.SlowThresholdMs, o.SlowDuring, o.During.Sent, o.SlowBefore, o.Before.Sent)
 	m.p("- Redis calls while open: %.0f (the breaker's background probes; no request waits for them)", o.RedisCallsOpen)
-	m.p("- admitted by the local fallback from the kill to the restart (`tollgate_gateway_decisions_total{result=\"allowed\",source=\"local\"}`): %d vs the rule's limit over that window (%d tenants × (capacity + rate × window)) %.0f: **%.3f**", o.AdmittedDuring, outageTenants, o.LimitDuring, o.AdmittedRatio)
-	m.p("")
+	m.para("- admitted by the local fallback from the kill to the restart (`tollgate_gateway_decisions_total{result=\"allowed\",source=\"local\"}`): %d vs the rule's limit over that window (%d tenants × (capacity + rate × window)) %.0f: **%.3f**", o.AdmittedDuring, outageTenants, o.LimitDuring, o.AdmittedRatio)
 	var rows [][]string
 	for _, w := range []*loadResult{o.Before, o.Transition, o.During, o.Recovery, o.After} {
 		rows = append(rows, []string{w.Name, f3(w.Seconds), fmt.Sprint(w.Sent), f3(w.P50), f3(w.P99), fmt.Sprintf("%+.3f", w.P99-o.DirectP99), f3(w.Max), fmt.Sprint(w.Codes)})
 	}
 	m.table([]string{"phase", "seconds", "requests", "p50", "p99", "p99 added vs direct", "max", "codes"}, rows)
-	m.p("Direct p99 at the same rate: %.3f ms.", o.DirectP99)
-	m.p("")
+	m.para("Direct p99 at the same rate: %.3f ms.", o.DirectP99)
 	h.plot(m, "outage.png", "p99 latency through the outage")
 }
 
@@ -316,10 +298,7 @@ func (h *harness) mdPropagation(m *md) {
 	if p == nil {
 		return
 	}
-	m.p("## 6. Rule propagation (real kube-apiserver + etcd, `tollgate controller`, %d gateway processes)", p.Gateways)
-	m.p("")
-	m.p("A RateLimitRule's capacity is patched %d times; the delay is from just before the API write to the moment every gateway answers with the new `X-RateLimit-Limit` (each polled every %.0f ms).", p.Changes, p.PollMs)
-	m.p("")
+	m.section(fmt.Sprintf("6. Rule propagation (real kube-apiserver + etcd, `tollgate controller`, %d gateway processes)", p.Gateways), "A RateLimitRule's capacity is patched %d times; the delay is from just before the API write to the moment every gateway answers with the new `X-RateLimit-Limit` (each polled every %.0f ms).", p.Changes, p.PollMs)
 	m.table([]string{"changes", "p50 ms", "p99 ms", "max ms", "all (ms)"}, [][]string{{fmt.Sprint(p.Changes), fmt.Sprintf("%.0f", p.P50), fmt.Sprintf("%.0f", p.P99), fmt.Sprintf("%.0f", p.Max), joinF(p.DelaysMs)}})
 }
 
@@ -337,8 +316,7 @@ func (h *harness) mdScale(m *md) {
 		return
 	}
 	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-	m.p("## 7. Memory and scale")
-	m.p("")
+	m.para("## 7. Memory and scale")
 	m.table([]string{"what", "measured", "baseline / note"}, [][]string{
 		{fmt.Sprintf("Redis bytes per bucket (%d buckets from the script, pipelined)", s.Buckets), fmt.Sprintf("%.1f B", s.RedisBytesPerBkt),
 			fmt.Sprintf("`INFO memory` used_memory delta / buckets: key, hash, expiry entry and dict overhead; five routes per tenant, a tenant's buckets in one hash; `MEMORY USAGE` of one tenant's key (5 buckets): %d B (without the expiry entry); %d keys with expiry", s.MemoryUsageSample, s.ExpiresCount)},
@@ -368,11 +346,8 @@ func (h *harness) mdRLS(m *md) {
 	if r == nil {
 		return
 	}
-	m.p("## 8. Envoy rate limit service (baseline: classic)")
-	m.p("")
-	m.p("%d callers, each a closed loop of unary `ShouldRateLimit` calls over one shared HTTP/2 connection (as Envoy sends them), for %s after %s of warm-up; one descriptor per call, tenants from the mix (%s). Rule: %s. Reference: Envoy's Go ratelimit service, ~%d decisions/s at ~%d µs CPU per decision (%.0f decisions per CPU-second) and %d Redis commands per decision; the target is at least 2× its decisions per CPU-second.",
+	m.section("8. Envoy rate limit service (baseline: classic)", "%d callers, each a closed loop of unary `ShouldRateLimit` calls over one shared HTTP/2 connection (as Envoy sends them), for %s after %s of warm-up; one descriptor per call, tenants from the mix (%s). Rule: %s. Reference: Envoy's Go ratelimit service, ~%d decisions/s at ~%d µs CPU per decision (%.0f decisions per CPU-second) and %d Redis commands per decision; the target is at least 2× its decisions per CPU-second.",
 		r.Streams, h.plan.RLSDur, h.plan.Warmup, r.Mix, r.Rule, refRLSDecisionsPerSecond, refRLSCPUMicrosPerDec, 1e6/refRLSCPUMicrosPerDec, refRLSRedisPerDecision)
-	m.p("")
 	var rows [][]string
 	for _, x := range r.Modes {
 		rows = append(rows, []string{x.Mode, fmt.Sprintf("%.0f", x.PerSecond), fmt.Sprint(x.Failed), f3(x.P50), f3(x.P99),

@@ -8,8 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate-dev/tollgate/dataplane/decision"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/internal/lib/ticker"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -39,15 +42,15 @@ func (h *harness) scenarioAccuracy(ctx context.Context) error {
 			"redis-server killed with SIGKILL after a healthy start, ideal = capacity + rate × the outage window (local clock)",
 	}
 	h.res.Accuracy = res
-	for _, c := range []string{"healthy", "prefetch", "slow", "outage"} {
+	for _, k := range accKinds {
 		for _, n := range h.plan.AccuracyInstances {
-			ac, err := h.accuracyCase(ctx, c, n)
+			ac, err := h.accuracyCase(ctx, k, n)
 			if err != nil {
-				return fmt.Errorf("%s with %d instances: %w", c, n, err)
+				return fmt.Errorf("%s with %d instances: %w", k.name, n, err)
 			}
 			res.Cases = append(res.Cases, *ac)
 			h.logf("%-8s N=%-2d admitted %d of %d decisions, ideal %.0f..%.0f: error %+.2f%% (target ±%.0f%%) %s",
-				c, n, ac.Admitted, ac.Decisions, ac.IdealLow, ac.IdealHigh, 100*ac.Error, 100*ac.Target, okMark(ac.Within))
+				k.name, n, ac.Admitted, ac.Decisions, ac.IdealLow, ac.IdealHigh, 100*ac.Error, 100*ac.Target, okMark(ac.Within))
 		}
 	}
 	return nil
@@ -71,6 +74,15 @@ type accRun struct {
 	bins                 []atomic.Int64
 }
 
+// newAccRun returns a run with bins for a load of length d and no window
+// yet.
+func newAccRun(d time.Duration) *accRun {
+	run := &accRun{bins: make([]atomic.Int64, int((d+2*time.Second)/accBin))}
+	run.windowFrom.Store(math.MaxInt64)
+	run.windowTo.Store(math.MaxInt64)
+	return run
+}
+
 func (r *accRun) record(allowed bool) {
 	t := int64(time.Since(r.start))
 	r.decisions.Add(1)
@@ -86,8 +98,38 @@ func (r *accRun) record(allowed bool) {
 	}
 }
 
-func (h *harness) accuracyCase(ctx context.Context, kind string, n int) (*AccuracyCase, error) {
-	rs, err := h.startRedis(ctx, fmt.Sprintf("redis-accuracy-%s-%d", kind, n))
+// accKind is one kind of accuracy case: how each instance's chain is set up
+// and what happens to Redis while the load runs.
+type accKind struct {
+	name   string
+	target float64 // the error allowed, a fraction of the ideal
+	// prefetch sets the rule's prefetch to Auto.
+	prefetch bool
+	// The chain's deadlines and breaker (zero: the chain's defaults).
+	timeout, maxWait time.Duration
+	failuresToOpen   uint32
+	openFor          time.Duration
+	// stall freezes Redis now and then (stallRedis); outage kills it after
+	// a healthy start and counts only what the fallback admits.
+	stall, outage bool
+}
+
+// accKinds are the accuracy cases, in the order they run. Outside the
+// outage case the deadline is long unless a case is about deadlines, so a
+// loaded machine measures Redis decisions only.
+var accKinds = []accKind{
+	{name: "healthy", target: 0.02, timeout: time.Second, maxWait: 2 * time.Second},
+	// The target is the rule's error budget.
+	{name: "prefetch", target: 0.05, prefetch: true, timeout: time.Second, maxWait: 2 * time.Second},
+	// The gateway's defaults: Redis stalls make calls miss them.
+	{name: "slow", target: 0.05, stall: true, timeout: 5 * time.Millisecond, maxWait: 100 * time.Millisecond},
+	{name: "outage", target: 0.10, outage: true, timeout: 50 * time.Millisecond, maxWait: 100 * time.Millisecond,
+		failuresToOpen: 3, openFor: 200 * time.Millisecond},
+}
+
+// accuracyCase runs case k with n instances on a Redis of its own.
+func (h *harness) accuracyCase(ctx context.Context, k accKind, n int) (*AccuracyCase, error) {
+	rs, err := h.startRedis(ctx, fmt.Sprintf("redis-accuracy-%s-%d", k.name, n))
 	if err != nil {
 		return nil, err
 	}
@@ -95,39 +137,8 @@ func (h *harness) accuracyCase(ctx context.Context, kind string, n int) (*Accura
 	rc := rs.client()
 	defer rc.Close()
 
-	rule := &oneRule{snapshot.Rule{Tenant: "*", Route: "*", Capacity: accCapacity, RefillTokens: accPerSecond, RefillPeriodMs: 1000}}
-	if kind == "prefetch" {
-		rule.r.Prefetch = snapshot.PrefetchAuto
-	}
-	bgCtx, cancelBG := context.WithCancel(ctx)
-	var closers []func()
-	defer func() {
-		cancelBG()
-		for _, c := range closers {
-			c()
-		}
-	}()
-	var engines []*decision.Engine
-	for range n {
-		client := newRedisClient(rs.Addr())
-		// The gateway's chain; the deadline is long outside the outage
-		// case, so a loaded machine measures Redis decisions only.
-		opts := limiter.ChainOptions{
-			Client: client, Replicas: func() int { return n }, Coalesce: true, EmptyBucketCache: true,
-			Timeout: time.Second, MaxWait: 2 * time.Second,
-		}
-		switch kind {
-		case "outage":
-			opts.Timeout, opts.MaxWait, opts.FailuresToOpen, opts.OpenFor = 50*time.Millisecond, 100*time.Millisecond, 3, 200*time.Millisecond
-		case "slow":
-			// The gateway's defaults: Redis stalls make calls miss them.
-			opts.Timeout, opts.MaxWait = 5*time.Millisecond, 100*time.Millisecond
-		}
-		chain := limiter.NewChain(opts)
-		go chain.Run(bgCtx)
-		closers = append(closers, func() { _ = chain.Close() }, func() { _ = client.Close() })
-		engines = append(engines, decision.New(decision.Options{Rules: rule, Limiter: chain, Replicas: func() int { return n }}))
-	}
+	engines, closeEngines := k.engines(ctx, rs.Addr(), n)
+	defer closeEngines()
 	// Warm up on another bucket: connections open, script loaded.
 	for _, e := range engines {
 		if _, _, err := e.Decide(ctx, "warm-up", "r", 1); err != nil {
@@ -135,81 +146,141 @@ func (h *harness) accuracyCase(ctx context.Context, kind string, n int) (*Accura
 		}
 	}
 
-	window := h.plan.AccuracyWindow
-	pre := time.Duration(0)
-	if kind == "outage" {
-		pre = max(window/3, 300*time.Millisecond)
-	}
-	total := pre + window
-	run := &accRun{bins: make([]atomic.Int64, int((total+2*time.Second)/accBin))}
-	run.windowFrom.Store(math.MaxInt64)
-	run.windowTo.Store(math.MaxInt64)
-	ac := &AccuracyCase{Case: kind, Instances: n, Target: 0.02}
-	if kind == "slow" {
-		ac.Target = 0.05
-	}
-	if kind == "prefetch" {
+	ac := &AccuracyCase{Case: k.name, Instances: n, Target: k.target}
+	if k.prefetch {
 		// Auto: 5% of max(capacity, one second of refill) over N.
 		ac.Batch = int64(math.Floor(0.05 * math.Max(accCapacity, accPerSecond) / float64(n)))
-		ac.Target = 0.05 // the rule's error budget
 	}
-
-	t0, err := rc.Time(ctx).Result()
+	window := h.plan.AccuracyWindow
+	if k.outage {
+		err = accOutage(ctx, rs, engines, window, ac)
+	} else {
+		err = accSteady(ctx, rs, rc, engines, window, k.stall, ac)
+	}
 	if err != nil {
 		return nil, err
 	}
+	ac.score()
+	return ac, nil
+}
+
+// engines starts n decision engines, each over a chain of its own (the
+// gateway's) to the Redis at addr, serving one rule. The function returned
+// stops and closes them.
+func (k accKind) engines(ctx context.Context, addr string, n int) ([]*decision.Engine, func()) {
+	rule := &oneRule{snapshot.Rule{Tenant: "*", Route: "*", Capacity: accCapacity, RefillTokens: accPerSecond, RefillPeriodMs: 1000}}
+	if k.prefetch {
+		rule.r.Prefetch = snapshot.PrefetchAuto
+	}
+	bgCtx, cancelBG := context.WithCancel(ctx)
+	closers := []func(){cancelBG}
+	var engines []*decision.Engine
+	for range n {
+		client := newRedisClient(addr)
+		chain := limiter.NewChain(limiter.ChainOptions{
+			Client: client, Replicas: func() int { return n }, Coalesce: true, EmptyBucketCache: true,
+			Timeout: k.timeout, MaxWait: k.maxWait, FailuresToOpen: k.failuresToOpen, OpenFor: k.openFor,
+		})
+		go chain.Run(bgCtx)
+		closers = append(closers, func() { _ = chain.Close() }, func() { _ = client.Close() })
+		engines = append(engines, decision.New(decision.Options{Rules: rule, Limiter: chain, Replicas: func() int { return n }}))
+	}
+	return engines, func() {
+		for _, c := range closers {
+			c()
+		}
+	}
+}
+
+// accLoad is the open-loop load of one case, split evenly over the engines.
+type accLoad struct {
+	running context.Context // done once the load stops
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// startAccLoad starts the load, counting into run from now on.
+func startAccLoad(ctx context.Context, engines []*decision.Engine, run *accRun) *accLoad {
+	l := &accLoad{}
+	l.running, l.stop = context.WithCancel(ctx)
 	run.start = time.Now()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	for _, e := range engines {
-		wg.Add(1)
+		l.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			paceDecisions(ctx, e, float64(accOffered)/float64(n), stop, run)
+			defer l.wg.Done()
+			paceDecisions(ctx, l.running, e, float64(accOffered)/float64(len(engines)), run)
 		}()
 	}
-	var tStop, t1 time.Time
-	var kill, end time.Duration
-	if kind == "outage" {
-		if err := sleep(ctx, pre); err != nil {
-			close(stop)
-			wg.Wait()
-			return nil, err
-		}
-		rs.Kill()
-		kill = time.Since(run.start)
-		run.windowFrom.Store(int64(kill))
-		err = sleep(ctx, window)
-		end = time.Since(run.start)
-		run.windowTo.Store(int64(end))
-		close(stop)
-		wg.Wait()
-		if err != nil {
-			return nil, err
-		}
-		secs := (end - kill).Seconds()
-		ideal := accCapacity + accPerSecond*secs
-		ac.Seconds, ac.IdealLow, ac.IdealHigh = round(secs, 3), round(ideal, 1), round(ideal, 1)
-		ac.Admitted, ac.Target = run.windowAdmitted.Load(), 0.10
-	} else {
-		if kind == "slow" {
-			go stallRedis(rs, stop)
-		}
-		err := sleep(ctx, window)
-		tStop, _ = rc.Time(context.Background()).Result()
-		close(stop)
-		wg.Wait()
-		t1, _ = rc.Time(context.Background()).Result()
-		if err != nil {
-			return nil, err
-		}
-		end = time.Since(run.start)
-		ac.Seconds = round(tStop.Sub(t0).Seconds(), 3)
-		ac.IdealLow = round(accCapacity+accPerSecond*tStop.Sub(t0).Seconds(), 1)
-		ac.IdealHigh = round(accCapacity+accPerSecond*t1.Sub(t0).Seconds(), 1)
-		ac.Admitted = run.admitted.Load()
+	return l
+}
+
+// halt stops the load and waits for the decisions in flight.
+func (l *accLoad) halt() {
+	l.stop()
+	l.wg.Wait()
+}
+
+// accSteady runs the load for window with Redis up (frozen now and then
+// with stall), and sets the case's window from Redis TIME: the ideal is
+// bracketed by the clock read before the load stops and after it has.
+func accSteady(ctx context.Context, rs *redisServer, rc *redis.Client, engines []*decision.Engine, window time.Duration, stall bool, ac *AccuracyCase) error {
+	run := newAccRun(window)
+	t0, err := rc.Time(ctx).Result()
+	if err != nil {
+		return err
 	}
-	ac.Decisions = run.decisions.Load()
+	load := startAccLoad(ctx, engines, run)
+	if stall {
+		go stallRedis(load.running, rs)
+	}
+	err = sleep(ctx, window)
+	tStop, _ := rc.Time(context.Background()).Result()
+	load.halt()
+	t1, _ := rc.Time(context.Background()).Result()
+	if err != nil {
+		return err
+	}
+	end := time.Since(run.start)
+	ac.Seconds = round(tStop.Sub(t0).Seconds(), 3)
+	ac.IdealLow = round(accCapacity+accPerSecond*tStop.Sub(t0).Seconds(), 1)
+	ac.IdealHigh = round(accCapacity+accPerSecond*t1.Sub(t0).Seconds(), 1)
+	ac.Admitted, ac.Decisions = run.admitted.Load(), run.decisions.Load()
+	ac.Series = run.series(ac.Case, end, 0)
+	return nil
+}
+
+// accOutage runs the load with Redis up for a while, kills it and goes on
+// for window; only what is admitted after the kill counts, against a new
+// burst and the refill over the outage (local clock).
+func accOutage(ctx context.Context, rs *redisServer, engines []*decision.Engine, window time.Duration, ac *AccuracyCase) error {
+	pre := max(window/3, 300*time.Millisecond)
+	run := newAccRun(pre + window)
+	load := startAccLoad(ctx, engines, run)
+	if err := sleep(ctx, pre); err != nil {
+		load.halt()
+		return err
+	}
+	rs.Kill()
+	kill := time.Since(run.start)
+	run.windowFrom.Store(int64(kill))
+	err := sleep(ctx, window)
+	end := time.Since(run.start)
+	run.windowTo.Store(int64(end))
+	load.halt()
+	if err != nil {
+		return err
+	}
+	secs := (end - kill).Seconds()
+	ideal := accCapacity + accPerSecond*secs
+	ac.Seconds, ac.IdealLow, ac.IdealHigh = round(secs, 3), round(ideal, 1), round(ideal, 1)
+	ac.Admitted, ac.Decisions = run.windowAdmitted.Load(), run.decisions.Load()
+	ac.Series = run.series(ac.Case, end, kill)
+	return nil
+}
+
+// score sets the error against the ideal range, the ratio to its middle
+// and whether the error is within the target.
+func (ac *AccuracyCase) score() {
 	got := float64(ac.Admitted)
 	switch {
 	case got < ac.IdealLow:
@@ -219,32 +290,25 @@ func (h *harness) accuracyCase(ctx context.Context, kind string, n int) (*Accura
 	}
 	ac.Ratio = round(got/((ac.IdealLow+ac.IdealHigh)/2), 4)
 	ac.Within = math.Abs(ac.Error) <= ac.Target
-	ac.Series = run.series(kind, end, kill)
-	return ac, nil
 }
 
-// paceDecisions offers rate decisions/s to e until stop closes: each due
-// decision runs in its own goroutine (open loop), at most 64 at once.
-func paceDecisions(ctx context.Context, e *decision.Engine, rate float64, stop <-chan struct{}, run *accRun) {
+// paceDecisions offers rate decisions/s to e until running is done: each
+// due decision runs in its own goroutine (open loop) with ctx, at most 64
+// at once.
+func paceDecisions(ctx, running context.Context, e *decision.Engine, rate float64, run *accRun) {
 	sem := make(chan struct{}, 64)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
 	start, sent := time.Now(), 0
-	for {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-		}
+	ticker.Every(running, time.Millisecond, func() {
 		due := int(time.Since(start).Seconds()*rate) - sent
 		for range due {
 			select {
 			case sem <- struct{}{}:
-			case <-stop:
+			case <-running.Done():
 				return
 			}
+			sent++
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -253,8 +317,7 @@ func paceDecisions(ctx context.Context, e *decision.Engine, rate float64, stop <
 				<-sem
 			}()
 		}
-		sent += due
-	}
+	})
 }
 
 // series is a time series for a plot: admitted per bin, the ideal
@@ -299,21 +362,14 @@ const (
 	stallFor   = 80 * time.Millisecond
 )
 
-// stallRedis freezes and resumes rs until stop is closed.
-func stallRedis(rs interface {
+// stallRedis freezes and resumes rs until ctx is done.
+func stallRedis(ctx context.Context, rs interface {
 	Pause()
 	Resume()
-}, stop <-chan struct{}) {
-	tick := time.NewTicker(stallEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-		}
+}) {
+	ticker.Every(ctx, stallEvery, func() {
 		rs.Pause()
 		time.Sleep(stallFor)
 		rs.Resume()
-	}
+	})
 }

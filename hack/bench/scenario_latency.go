@@ -40,22 +40,14 @@ func (h *harness) scenarioLatency(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		c0, err := gw.counters(ctx)
-		if err != nil {
-			return err
-		}
-		g, err := h.load(ctx, loadSpec{name: "gateway", url: via, rate: rate, dur: h.plan.LatencyDur, mix: mix})
-		if err != nil {
-			return err
-		}
-		c1, err := gw.counters(ctx)
+		g, c, err := h.loadOn(ctx, gw, loadSpec{name: "gateway", url: via, rate: rate, dur: h.plan.LatencyDur, mix: mix})
 		if err != nil {
 			return err
 		}
 		st := LatencyStep{
 			Rate: rate, Direct: d, Gateway: g,
 			AddedP50: round(g.P50-d.P50, 3), AddedP99: round(g.P99-d.P99, 3), AddedP999: round(g.P999-d.P999, 3),
-			CPUPerRequest: cpuPer(c1.sub(c0).cpu, float64(g.ok2xx())),
+			CPUPerRequest: cpuPer(c.cpu, float64(g.ok2xx())),
 		}
 		res.Steps = append(res.Steps, st)
 		h.logf("%5d req/s  direct p50 %.3f p99 %.3f p99.9 %.3f ms | gateway p50 %.3f p99 %.3f p99.9 %.3f ms | added p99 %+.3f ms | gateway CPU %.1f µs/request | bad %.2f%%",
@@ -69,24 +61,10 @@ func (h *harness) scenarioLatency(ctx context.Context) error {
 	return nil
 }
 
-// nginxReference measures nginx as a plain reverse proxy to the same
-// upstream at the first rate, if /usr/sbin/nginx exists (make bench
-// installs it; the report notes its absence).
-func (h *harness) nginxReference(ctx context.Context, res *LatencyResult, mix tenantMix) error {
-	const bin = "/usr/sbin/nginx"
-	if _, err := os.Stat(bin); err != nil {
-		return fmt.Errorf("%s is not installed (bash hack/install-deps.sh nginx installs it)", bin)
-	}
-	dir := filepath.Join(h.logDir, "nginx")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	up := strings.TrimPrefix(h.upstream, "http://")
-	conf := fmt.Sprintf(`daemon off;
+// nginxConf is the reference nginx's configuration: a plain reverse proxy
+// with keep-alive upstream connections, everything under the folder %[1]s,
+// to the upstream %[2]s, listening on port %[3]d.
+const nginxConf = `daemon off;
 master_process off;
 worker_processes 1;
 pid %[1]s/nginx.pid;
@@ -105,32 +83,63 @@ http {
     location / { proxy_pass http://echo; proxy_http_version 1.1; proxy_set_header Connection ""; }
   }
 }
-`, dir, up, port)
+`
+
+// startNginx starts the reference nginx in front of the harness's upstream
+// and waits until it answers; it returns the process and its URL for the
+// load.
+func (h *harness) startNginx(ctx context.Context) (*proc, string, error) {
+	const bin = "/usr/sbin/nginx"
+	if _, err := os.Stat(bin); err != nil {
+		return nil, "", fmt.Errorf("%s is not installed (bash hack/install-deps.sh nginx installs it)", bin)
+	}
+	dir := filepath.Join(h.logDir, "nginx")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, "", err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
 	confPath := filepath.Join(dir, "nginx.conf")
+	conf := fmt.Sprintf(nginxConf, dir, strings.TrimPrefix(h.upstream, "http://"), port)
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
-		return err
+		return nil, "", err
 	}
 	p, err := startProc("nginx", filepath.Join(dir, "nginx.log"), bin, "-c", confPath, "-p", dir)
+	if err != nil {
+		return nil, "", err
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d/bench", port)
+	var last error
+	err = waitFor(ctx, 5*time.Second, 20*time.Millisecond, "nginx to answer", func() (bool, error) {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			return true, nil
+		}
+		last = err
+		if p.Exited() {
+			return false, p.exitError()
+		}
+		return false, nil
+	})
+	if err != nil {
+		p.Stop(2 * time.Second)
+		return nil, "", fmt.Errorf("%w (last: %v)", err, last)
+	}
+	return p, url, nil
+}
+
+// nginxReference measures nginx as a plain reverse proxy to the same
+// upstream at the first rate, if /usr/sbin/nginx exists (make bench
+// installs it; the report notes its absence).
+func (h *harness) nginxReference(ctx context.Context, res *LatencyResult, mix tenantMix) error {
+	p, url, err := h.startNginx(ctx)
 	if err != nil {
 		return err
 	}
 	defer p.Stop(2 * time.Second)
-	url := fmt.Sprintf("http://127.0.0.1:%d/bench", port)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if p.Exited() {
-			return p.exitError()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("nginx did not answer within 5s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	rate := h.plan.LatencyRates[0]
 	if _, err := h.load(ctx, loadSpec{name: "warm-up", url: url, rate: 1000, dur: h.plan.Warmup, mix: mix}); err != nil {
 		return err

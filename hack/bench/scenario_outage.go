@@ -87,21 +87,9 @@ func (h *harness) outagePhases(ctx context.Context, rs *redisServer, gw *gateway
 		return t, err
 	}
 	local0 := m0.sum("tollgate_gateway_decisions_total", `source="local"`)
-	h.logf("killing redis-server (SIGKILL) under %d req/s", res.Rate)
-	rs.Kill()
-	t.kill = time.Now()
-	// Poll /metrics for the breaker and the first local decision.
-	const poll = 5 * time.Millisecond
-	res.PollMs = ms(poll)
-	seen, err := waitMetrics(ctx, gw, poll, 20*time.Second,
-		func(m promSamples) bool { return m.sum("tollgate_gateway_breaker_state", `state="open"`) == 1 },
-		func(m promSamples) bool { return m.sum("tollgate_gateway_decisions_total", `source="local"`) > local0 })
-	if err != nil {
-		return t, fmt.Errorf("the breaker did not open within 20s of the kill: %w", err)
+	if err := h.killUntilOpen(ctx, rs, gw, res, &t, local0); err != nil {
+		return t, err
 	}
-	t.open, t.local = seen[0], seen[1]
-	res.OpenAfterMs, res.LocalAfterMs = ms(t.open.Sub(t.kill)), ms(t.local.Sub(t.kill))
-	h.logf("breaker open %.0fms after the kill (first local decision seen after %.0fms; polled every %.0fms)", res.OpenAfterMs, res.LocalAfterMs, res.PollMs)
 	mOpen, err := gw.metrics(ctx)
 	if err != nil {
 		return t, err
@@ -135,6 +123,28 @@ func (h *harness) outagePhases(ctx context.Context, rs *redisServer, gw *gateway
 	res.LimitDuring = float64(outageTenants) * (outageCapacity + outagePerSecond*t.restartScrape.Sub(t.kill).Seconds())
 	res.AdmittedRatio = ratio(float64(res.AdmittedDuring), res.LimitDuring)
 	return t, nil
+}
+
+// killUntilOpen kills Redis under load and waits for the gateway's breaker
+// to open and for its first local decision (over local0), polling
+// /metrics.
+func (h *harness) killUntilOpen(ctx context.Context, rs *redisServer, gw *gatewayProc, res *OutageResult, t *outageMarks, local0 float64) error {
+	h.logf("killing redis-server (SIGKILL) under %d req/s", res.Rate)
+	rs.Kill()
+	t.kill = time.Now()
+	// Poll /metrics for the breaker and the first local decision.
+	const poll = 5 * time.Millisecond
+	res.PollMs = ms(poll)
+	seen, err := waitMetrics(ctx, gw, poll, 20*time.Second,
+		func(m promSamples) bool { return m.sum("tollgate_gateway_breaker_state", `state="open"`) == 1 },
+		func(m promSamples) bool { return m.sum("tollgate_gateway_decisions_total", `source="local"`) > local0 })
+	if err != nil {
+		return fmt.Errorf("the breaker did not open within 20s of the kill: %w", err)
+	}
+	t.open, t.local = seen[0], seen[1]
+	res.OpenAfterMs, res.LocalAfterMs = ms(t.open.Sub(t.kill)), ms(t.local.Sub(t.kill))
+	h.logf("breaker open %.0fms after the kill (first local decision seen after %.0fms; polled every %.0fms)", res.OpenAfterMs, res.LocalAfterMs, res.PollMs)
+	return nil
 }
 
 // waitClosed waits for the breaker to close after the restart. Not seeing

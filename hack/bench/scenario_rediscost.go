@@ -76,16 +76,8 @@ func (h *harness) redisCostRun(ctx context.Context, gw *gatewayProc, rc *redis.C
 	if err := rc.ConfigResetStat(ctx).Err(); err != nil {
 		return nil, err
 	}
-	c0, err := gw.counters(ctx)
-	if err != nil {
-		return nil, err
-	}
 	rcpu0, _ := cpuTime(redisPid)
-	r, err := h.load(ctx, spec)
-	if err != nil {
-		return nil, err
-	}
-	c1, err := gw.counters(ctx)
+	r, d, err := h.loadOn(ctx, gw, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +86,6 @@ func (h *harness) redisCostRun(ctx context.Context, gw *gatewayProc, rc *redis.C
 	if err != nil {
 		return nil, err
 	}
-	d := c1.sub(c0)
 	run := &RedisCostRun{
 		Rate: spec.rate, Decisions: d.decisions, RoundTrips: d.roundTrips, Commands: d.commands, ServerScriptCalls: calls,
 		RoundTripsPerDec:    ratio4(d.roundTrips, d.decisions),

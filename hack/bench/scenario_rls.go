@@ -81,15 +81,18 @@ func (h *harness) rlsRun(ctx context.Context, m limiterMode) (*RLSRun, error) {
 	if err := rc.ConfigResetStat(ctx).Err(); err != nil {
 		return nil, err
 	}
-	c0, err := gw.counters(ctx)
-	if err != nil {
-		return nil, err
-	}
 	rcpu0, _ := cpuTime(rs.Pid())
-	t0 := time.Now()
-	lat, failed := h.driveRLS(ctx, client, h.plan.RLSDur)
-	elapsed := time.Since(t0)
-	c1, err := gw.counters(ctx)
+	var (
+		lat     []time.Duration
+		failed  int64
+		elapsed time.Duration
+	)
+	d, err := gw.measure(ctx, func() error {
+		t0 := time.Now()
+		lat, failed = h.driveRLS(ctx, client, h.plan.RLSDur)
+		elapsed = time.Since(t0)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +101,7 @@ func (h *harness) rlsRun(ctx context.Context, m limiterMode) (*RLSRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newRLSRun(m.name, lat, failed, elapsed, c1.sub(c0), calls, rcpu1-rcpu0), nil
+	return newRLSRun(m.name, lat, failed, elapsed, d, calls, rcpu1-rcpu0), nil
 }
 
 // newRLSRun turns what one run measured into its figures.

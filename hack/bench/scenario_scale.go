@@ -113,77 +113,98 @@ func (h *harness) snapshotMemory(ctx context.Context, rs *redisServer, res *Scal
 	if err != nil {
 		return err
 	}
+	rules := scaleRules(h.plan.SnapshotRules)
+	t0 := time.Now()
+	if res.Shards, res.SnapshotBytes, err = k.writeSnapshot(ctx, "bench-scale", rules); err != nil {
+		return err
+	}
+	h.logf("wrote %d rules in %d shard ConfigMaps (%d KiB compressed) in %s", len(rules), res.Shards, res.SnapshotBytes>>10, time.Since(t0).Round(time.Millisecond))
+	if _, _, err := k.writeSnapshot(ctx, "bench-empty", nil); err != nil {
+		return err
+	}
+	idle, err := h.gatewayMemory(ctx, rs, k, "gw-empty", "bench-empty")
+	if err != nil {
+		return err
+	}
+	full, err := h.gatewayMemory(ctx, rs, k, "gw-scale", "bench-scale")
+	if err != nil {
+		return err
+	}
+	res.ReadySecondsIdle, res.ReadySeconds = round(idle.ready.Seconds(), 3), round(full.ready.Seconds(), 3)
+	res.RSSIdle, res.RSS, res.RSSDelta = idle.rss, full.rss, full.rss-idle.rss
+	res.HeapInuseIdle, res.HeapInuse = idle.heap, full.heap
+	return nil
+}
+
+// scaleRules are n rules of distinct tenants over three routes.
+func scaleRules(n int) []snapshot.Rule {
 	routes := []string{"bench", "list-orders", "*"}
-	rules := make([]snapshot.Rule, h.plan.SnapshotRules)
+	rules := make([]snapshot.Rule, n)
 	for i := range rules {
 		rules[i] = snapshot.Rule{
 			Tenant: fmt.Sprintf("tenant-%06d", i), Route: routes[i%3], Capacity: int64(i%1000 + 1),
 			RefillTokens: int64(i%500 + 1), RefillPeriodMs: 1000, Source: fmt.Sprintf("team-%d/rule-%d", i%50, i),
 		}
 	}
-	write := func(ns string, rules []snapshot.Rule) (shards, size int, err error) {
-		if err := k.namespace(ctx, ns); err != nil {
+	return rules
+}
+
+// writeSnapshot creates the namespace ns and the snapshot of rules in it,
+// as the controller would, and returns the number of shards and their
+// compressed size in bytes.
+func (k *kubeEnv) writeSnapshot(ctx context.Context, ns string, rules []snapshot.Rule) (shards, size int, err error) {
+	if err := k.namespace(ctx, ns); err != nil {
+		return 0, 0, err
+	}
+	set := snapshot.Build(rules, 1)
+	for _, sh := range set.Shards() {
+		cm, err := sh.ConfigMap(ns, "tollgate-rules")
+		if err != nil {
 			return 0, 0, err
 		}
-		set := snapshot.Build(rules, 1)
-		for _, sh := range set.Shards() {
-			cm, err := sh.ConfigMap(ns, "tollgate-rules")
-			if err != nil {
-				return 0, 0, err
-			}
-			if err := k.client.Create(ctx, cm); err != nil {
-				return 0, 0, fmt.Errorf("creating ConfigMap %s: %w", cm.Name, err)
-			}
-			size += len(cm.BinaryData[snapshot.DataKey])
+		if err := k.client.Create(ctx, cm); err != nil {
+			return 0, 0, fmt.Errorf("creating ConfigMap %s: %w", cm.Name, err)
 		}
-		return len(set.Shards()), size, nil
+		size += len(cm.BinaryData[snapshot.DataKey])
 	}
-	t0 := time.Now()
-	if res.Shards, res.SnapshotBytes, err = write("bench-scale", rules); err != nil {
-		return err
-	}
-	h.logf("wrote %d rules in %d shard ConfigMaps (%d KiB compressed) in %s", len(rules), res.Shards, res.SnapshotBytes>>10, time.Since(t0).Round(time.Millisecond))
-	if _, _, err := write("bench-empty", nil); err != nil {
-		return err
-	}
-	measure := func(name, ns string) (ready time.Duration, rss int64, heap float64, err error) {
-		g, err := h.startGateway(ctx, gatewaySpec{name: name, redisAddr: rs.Addr(), kubeconfig: k.kubeconfig, namespace: ns, readyWithin: 2 * time.Minute})
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		defer g.stop()
-		if err := sleep(ctx, 2*time.Second); err != nil {
-			return 0, 0, 0, err
-		}
-		// A forced GC (the heap profile's gc=1) makes the heap figure
-		// the live data; RSS is what the kernel reports, unforced.
-		if rss, _, err = memStatus(g.Pid()); err != nil {
-			return 0, 0, 0, err
-		}
-		if resp, err := http.Get(g.admin + "/debug/pprof/heap?gc=1"); err == nil {
-			resp.Body.Close()
-		}
-		m, err := g.metrics(ctx)
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		rules := m.sum("tollgate_gateway_rules")
-		h.logf("%s: ready %s after start, %d rules, RSS %.1f MiB, Go heap in use %.1f MiB", name, g.readyAfter.Round(time.Millisecond),
-			int(rules), float64(rss)/(1<<20), m.sum("go_memstats_heap_inuse_bytes")/(1<<20))
-		return g.readyAfter, rss, m.sum("go_memstats_heap_inuse_bytes"), nil
-	}
-	ready0, rss0, heap0, err := measure("gw-empty", "bench-empty")
+	return len(set.Shards()), size, nil
+}
+
+// gatewayMem is what gatewayMemory measures.
+type gatewayMem struct {
+	ready time.Duration // from start to ready
+	rss   int64         // bytes
+	heap  float64       // Go heap in use, bytes
+}
+
+// gatewayMemory starts a gateway on the snapshot in ns and measures it two
+// seconds after it is ready.
+func (h *harness) gatewayMemory(ctx context.Context, rs *redisServer, k *kubeEnv, name, ns string) (gatewayMem, error) {
+	g, err := h.startGateway(ctx, gatewaySpec{name: name, redisAddr: rs.Addr(), kubeconfig: k.kubeconfig, namespace: ns, readyWithin: 2 * time.Minute})
 	if err != nil {
-		return err
+		return gatewayMem{}, err
 	}
-	ready1, rss1, heap1, err := measure("gw-scale", "bench-scale")
+	defer g.stop()
+	if err := sleep(ctx, 2*time.Second); err != nil {
+		return gatewayMem{}, err
+	}
+	// A forced GC (the heap profile's gc=1) makes the heap figure the live
+	// data; RSS is what the kernel reports, unforced.
+	rss, _, err := memStatus(g.Pid())
 	if err != nil {
-		return err
+		return gatewayMem{}, err
 	}
-	res.ReadySecondsIdle, res.ReadySeconds = round(ready0.Seconds(), 3), round(ready1.Seconds(), 3)
-	res.RSSIdle, res.RSS, res.RSSDelta = rss0, rss1, rss1-rss0
-	res.HeapInuseIdle, res.HeapInuse = heap0, heap1
-	return nil
+	if resp, err := http.Get(g.admin + "/debug/pprof/heap?gc=1"); err == nil {
+		resp.Body.Close()
+	}
+	m, err := g.metrics(ctx)
+	if err != nil {
+		return gatewayMem{}, err
+	}
+	heap := m.sum("go_memstats_heap_inuse_bytes")
+	h.logf("%s: ready %s after start, %d rules, RSS %.1f MiB, Go heap in use %.1f MiB", name, g.readyAfter.Round(time.Millisecond),
+		int(m.sum("tollgate_gateway_rules")), float64(rss)/(1<<20), heap/(1<<20))
+	return gatewayMem{ready: g.readyAfter, rss: rss, heap: heap}, nil
 }
 
 var benchLine = regexp.MustCompile(`(?m)^Benchmark(\S+?)(-\d+)?\s+\d+\s+(\d+) ns/op`)

@@ -54,39 +54,16 @@ func (h *harness) ceiling(ctx context.Context, m limiterMode, mix tenantMix) (*T
 	}
 	tm.HitTopRate = true
 	for _, rate := range h.plan.CeilingRates {
-		c0, err := gw.counters(ctx)
+		st, err := h.ceilingStep(ctx, gw, m.name, rate, mix)
 		if err != nil {
 			return tm, err
-		}
-		r, err := h.load(ctx, loadSpec{name: m.name, url: gw.url + "/bench", rate: rate, dur: h.plan.CeilingDur, mix: mix})
-		if err != nil {
-			return tm, err
-		}
-		c1, err := gw.counters(ctx)
-		if err != nil {
-			return tm, err
-		}
-		d := c1.sub(c0)
-		st := ThroughputStep{Load: r, Decisions: d.decisions, CPUPerDecision: cpuPer(d.cpu, d.decisions), Pass: true}
-		switch {
-		case r.P99 > ms(h.plan.CeilingP99):
-			st.Pass, st.Why = false, fmt.Sprintf("p99 %.1fms > %.0fms", r.P99, ms(h.plan.CeilingP99))
-		case r.BadFrac > h.plan.CeilingBadMax:
-			st.Pass, st.Why = false, fmt.Sprintf("%.1f%% errors or non-2xx/429 (first: %s)", 100*r.BadFrac, r.FirstErr)
-		case r.SentRate < 0.95*float64(rate):
-			st.Pass, st.Why = false, fmt.Sprintf("the load generator sent only %.0f/s: the machine is saturated", r.SentRate)
 		}
 		tm.Steps = append(tm.Steps, st)
-		verdict := "pass"
-		if !st.Pass {
-			verdict = "FAIL: " + st.Why
-		}
-		h.logf("%-8s %5d req/s  p50 %.3f p99 %.3f ms  bad %.2f%%  CPU %.1f µs/decision  %s", m.name, rate, r.P50, r.P99, 100*r.BadFrac, st.CPUPerDecision, verdict)
 		if !st.Pass {
 			tm.StoppedBy, tm.HitTopRate = st.Why, false
 			break
 		}
-		tm.Ceiling, tm.CeilingCPU, tm.Decisions = rate, st.CPUPerDecision, d.decisions
+		tm.Ceiling, tm.CeilingCPU, tm.Decisions = rate, st.CPUPerDecision, st.Decisions
 		if err := sleep(ctx, 500*time.Millisecond); err != nil {
 			return tm, err
 		}
@@ -94,16 +71,46 @@ func (h *harness) ceiling(ctx context.Context, m limiterMode, mix tenantMix) (*T
 	if tm.HitTopRate {
 		tm.StoppedBy = "every rate tried passed"
 	}
-	p, err := h.profile(ctx, gw, m.name, mix)
+	return tm, h.profileMode(ctx, gw, m.name, mix, tm)
+}
+
+// ceilingStep offers rate to gw for one step and judges it against the
+// plan's p99 and error bounds.
+func (h *harness) ceilingStep(ctx context.Context, gw *gatewayProc, name string, rate int, mix tenantMix) (ThroughputStep, error) {
+	r, d, err := h.loadOn(ctx, gw, loadSpec{name: name, url: gw.url + "/bench", rate: rate, dur: h.plan.CeilingDur, mix: mix})
+	if err != nil {
+		return ThroughputStep{}, err
+	}
+	st := ThroughputStep{Load: r, Decisions: d.decisions, CPUPerDecision: cpuPer(d.cpu, d.decisions), Pass: true}
+	switch {
+	case r.P99 > ms(h.plan.CeilingP99):
+		st.Pass, st.Why = false, fmt.Sprintf("p99 %.1fms > %.0fms", r.P99, ms(h.plan.CeilingP99))
+	case r.BadFrac > h.plan.CeilingBadMax:
+		st.Pass, st.Why = false, fmt.Sprintf("%.1f%% errors or non-2xx/429 (first: %s)", 100*r.BadFrac, r.FirstErr)
+	case r.SentRate < 0.95*float64(rate):
+		st.Pass, st.Why = false, fmt.Sprintf("the load generator sent only %.0f/s: the machine is saturated", r.SentRate)
+	}
+	verdict := "pass"
+	if !st.Pass {
+		verdict = "FAIL: " + st.Why
+	}
+	h.logf("%-8s %5d req/s  p50 %.3f p99 %.3f ms  bad %.2f%%  CPU %.1f µs/decision  %s", name, rate, r.P50, r.P99, 100*r.BadFrac, st.CPUPerDecision, verdict)
+	return st, nil
+}
+
+// profileMode profiles gw at a fixed rate into tm.Profile; a profile
+// without samples is logged and left out.
+func (h *harness) profileMode(ctx context.Context, gw *gatewayProc, name string, mix tenantMix, tm *ThroughputMode) error {
+	p, err := h.profile(ctx, gw, name, mix)
 	if errors.Is(err, errNoSamples) {
-		h.logf("%-8s ceiling %d req/s at %.1f µs CPU/decision; no profile: %v", m.name, tm.Ceiling, tm.CeilingCPU, err)
-		return tm, nil
+		h.logf("%-8s ceiling %d req/s at %.1f µs CPU/decision; no profile: %v", name, tm.Ceiling, tm.CeilingCPU, err)
+		return nil
 	}
 	if err != nil {
-		return tm, fmt.Errorf("profile: %w", err)
+		return fmt.Errorf("profile: %w", err)
 	}
 	tm.Profile = p
 	h.logf("%-8s ceiling %d req/s at %.1f µs CPU/decision; profile at %d req/s: %.1f µs CPU/request, limiter %.0f%% of it ≈ %.1f µs/decision",
-		m.name, tm.Ceiling, tm.CeilingCPU, p.Rate, p.CPUPerRequest, 100*p.LimiterShare, p.LimiterPerDec)
-	return tm, nil
+		name, tm.Ceiling, tm.CeilingCPU, p.Rate, p.CPUPerRequest, 100*p.LimiterShare, p.LimiterPerDec)
+	return nil
 }

@@ -91,28 +91,9 @@ func runController(cmd *cobra.Command, o *controllerOptions) error {
 	if err != nil {
 		return err
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+	scheme, err := newScheme()
+	if err != nil {
 		return err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	cacheOpts := cache.Options{
-		ByObject: map[client.Object]cache.ByObject{
-			// Only the snapshot's own ConfigMaps are cached (and the RBAC
-			// only allows that namespace).
-			&corev1.ConfigMap{}: {
-				Namespaces: map[string]cache.Config{o.ctrl.SnapshotNamespace: {}},
-				Label:      labels.SelectorFromSet(labels.Set{snapshot.LabelSnapshot: o.ctrl.SnapshotName}),
-			},
-		},
-	}
-	if len(o.watchNamespaces) > 0 {
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range o.watchNamespaces {
-			cacheOpts.DefaultNamespaces[strings.TrimSpace(ns)] = cache.Config{}
-		}
 	}
 	leNS := o.leaderElectNS
 	if leNS == "" {
@@ -127,7 +108,7 @@ func runController(cmd *cobra.Command, o *controllerOptions) error {
 		LeaderElectionID:              o.leaderElectID,
 		LeaderElectionNamespace:       leNS,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cacheOpts,
+		Cache:                         o.cacheOptions(),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -152,6 +133,40 @@ func runController(cmd *cobra.Command, o *controllerOptions) error {
 		return fmt.Errorf("controller stopped: %w", err)
 	}
 	return nil
+}
+
+// newScheme knows the Kubernetes types and tollgate's.
+func newScheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return scheme, nil
+}
+
+// cacheOptions limits the manager's cache to the snapshot's own ConfigMaps
+// and, with --watch-namespaces, to those namespaces.
+func (o *controllerOptions) cacheOptions() cache.Options {
+	cacheOpts := cache.Options{
+		ByObject: map[client.Object]cache.ByObject{
+			// Only the snapshot's own ConfigMaps are cached (and the RBAC
+			// only allows that namespace).
+			&corev1.ConfigMap{}: {
+				Namespaces: map[string]cache.Config{o.ctrl.SnapshotNamespace: {}},
+				Label:      labels.SelectorFromSet(labels.Set{snapshot.LabelSnapshot: o.ctrl.SnapshotName}),
+			},
+		},
+	}
+	if len(o.watchNamespaces) > 0 {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range o.watchNamespaces {
+			cacheOpts.DefaultNamespaces[strings.TrimSpace(ns)] = cache.Config{}
+		}
+	}
+	return cacheOpts
 }
 
 // defaultNamespace is the pod's namespace (POD_NAMESPACE, set by the chart

@@ -163,37 +163,11 @@ const routesYAML = `routes:
     upstream: %[1]s
 `
 
+// startGateway writes the demo's files and starts a gateway in standalone
+// mode on them, in this process.
 func (d *demo) startGateway(ctx context.Context, redisAddr, upstream string) error {
-	d.rulesDir = filepath.Join(d.dir, "rules")
-	if err := os.Mkdir(d.rulesDir, 0o755); err != nil {
-		return err
-	}
-	err := fs.WalkDir(samples.Files, ".", func(path string, e fs.DirEntry, err error) error {
-		if err != nil || e.IsDir() {
-			return err
-		}
-		b, err := samples.Files.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(d.rulesDir, path), b, 0o644)
-	})
+	routes, keys, err := d.writeFiles(upstream)
 	if err != nil {
-		return err
-	}
-	routes := filepath.Join(d.dir, "routes.yaml")
-	if err := os.WriteFile(routes, []byte(fmt.Sprintf(routesYAML, upstream)), 0o644); err != nil {
-		return err
-	}
-	// Secure by default: each tenant's API key maps to the tenant in a key
-	// file, and keys not in it get 401.
-	var keyFile strings.Builder
-	keyFile.WriteString("keys:\n")
-	for _, tenant := range demoTenants {
-		fmt.Fprintf(&keyFile, "  - tenant: %s\n    key: %s\n", tenant, demoKey(tenant))
-	}
-	keys := filepath.Join(d.dir, "api-keys.yaml")
-	if err := os.WriteFile(keys, []byte(keyFile.String()), 0o600); err != nil {
 		return err
 	}
 	var o gateway.Options
@@ -231,6 +205,44 @@ func (d *demo) startGateway(ctx context.Context, redisAddr, upstream string) err
 	return nil
 }
 
+// writeFiles writes the sample rules into d.rulesDir, a route file to
+// upstream and an API key file, and returns the paths of the last two.
+func (d *demo) writeFiles(upstream string) (routes, keys string, err error) {
+	d.rulesDir = filepath.Join(d.dir, "rules")
+	if err := os.Mkdir(d.rulesDir, 0o755); err != nil {
+		return "", "", err
+	}
+	err = fs.WalkDir(samples.Files, ".", func(path string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		b, err := samples.Files.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(d.rulesDir, path), b, 0o644)
+	})
+	if err != nil {
+		return "", "", err
+	}
+	routes = filepath.Join(d.dir, "routes.yaml")
+	if err := os.WriteFile(routes, []byte(fmt.Sprintf(routesYAML, upstream)), 0o644); err != nil {
+		return "", "", err
+	}
+	// Secure by default: each tenant's API key maps to the tenant in a key
+	// file, and keys not in it get 401.
+	var keyFile strings.Builder
+	keyFile.WriteString("keys:\n")
+	for _, tenant := range demoTenants {
+		fmt.Fprintf(&keyFile, "  - tenant: %s\n    key: %s\n", tenant, demoKey(tenant))
+	}
+	keys = filepath.Join(d.dir, "api-keys.yaml")
+	if err := os.WriteFile(keys, []byte(keyFile.String()), 0o600); err != nil {
+		return "", "", err
+	}
+	return routes, keys, nil
+}
+
 // result is one response, reduced to what the demo prints.
 type result struct {
 	status                int
@@ -243,14 +255,18 @@ var demoTenants = []string{"shop-a", "shop-b", "shop-c", "shop-d"}
 // demoKey is tenant's API key in the demo.
 func demoKey(tenant string) string { return "demo-key-of-" + tenant }
 
-// send sends one request with tenant's API key ("" sends a key of no
-// tenant).
+// send sends one request with tenant's API key.
 func (d *demo) send(method, path, tenant string) (result, error) {
+	return d.sendKey(method, path, demoKey(tenant))
+}
+
+// sendKey sends one request with the API key key.
+func (d *demo) sendKey(method, path, key string) (result, error) {
 	req, err := http.NewRequest(method, d.url+path, nil)
 	if err != nil {
 		return result{}, err
 	}
-	req.Header.Set("X-Api-Key", demoKey(tenant))
+	req.Header.Set("X-Api-Key", key)
 	res, err := d.client.Do(req)
 	if err != nil {
 		return result{}, err
@@ -263,44 +279,72 @@ func (d *demo) send(method, path, tenant string) (result, error) {
 // unknownKey shows that a key outside the key file, such as a tenant's name,
 // gets 401.
 func (d *demo) unknownKey() error {
-	req, err := http.NewRequest("POST", d.url+"/orders", nil)
+	res, err := d.sendKey("POST", "/orders", "shop-a")
 	if err != nil {
 		return err
 	}
-	req.Header.Set("X-Api-Key", "shop-a")
-	res, err := d.client.Do(req)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, res.Body)
-	res.Body.Close()
 	d.printf("0. API keys map to tenants (api-keys.yaml, one key per tenant); other keys are refused\n\n"+
-		"   POST /orders  X-Api-Key: shop-a  ->  %d  (a tenant's name is not its key)\n\n", res.StatusCode)
-	if res.StatusCode != http.StatusUnauthorized {
-		return fmt.Errorf("a key that is not in the key file answered %d, want 401", res.StatusCode)
+		"   POST /orders  X-Api-Key: shop-a  ->  %d  (a tenant's name is not its key)\n\n", res.status)
+	if res.status != http.StatusUnauthorized {
+		return fmt.Errorf("a key that is not in the key file answered %d, want 401", res.status)
 	}
 	return nil
 }
 
+// burstCell is one tenant on one route in the burst.
+type burstCell struct{ tenant, method, path, route string }
+
+// burstCells are the tenants and routes of the burst.
+var burstCells = []burstCell{
+	{"shop-a", "POST", "/orders", "create-order"},
+	{"shop-a", "GET", "/reports/daily", "reports"},
+	{"shop-b", "POST", "/orders", "create-order"},
+	{"shop-b", "GET", "/orders", "list-orders"},
+	{"shop-c", "POST", "/orders", "create-order"},
+	{"shop-c", "GET", "/reports/daily", "reports"},
+}
+
+// burstCounts are the answers of one cell.
+type burstCounts struct{ ok, limited, other int }
+
 // burst sends concurrent requests from several tenants and tabulates them.
 func (d *demo) burst() error {
-	type cell struct{ tenant, method, path, route string }
-	cells := []cell{
-		{"shop-a", "POST", "/orders", "create-order"},
-		{"shop-a", "GET", "/reports/daily", "reports"},
-		{"shop-b", "POST", "/orders", "create-order"},
-		{"shop-b", "GET", "/orders", "list-orders"},
-		{"shop-c", "POST", "/orders", "create-order"},
-		{"shop-c", "GET", "/reports/daily", "reports"},
-	}
 	const perCell = 60
 	d.printf("1. A burst: %d requests at once from each tenant on each route\n\n", perCell)
-	type counts struct{ ok, limited, other int }
-	got := make([]counts, len(cells))
+	start := time.Now()
+	got, err := d.fire(burstCells, perCell)
+	elapsed := time.Since(start)
+	if err != nil {
+		return err
+	}
+	d.printf("   %-8s %-14s %-42s %5s %5s\n", "tenant", "route", "rule in force", "200", "429")
+	for i, c := range burstCells {
+		r := d.gw.Rules().Lookup(c.tenant, c.route)
+		name := r.Source + fmt.Sprintf(" (burst %d)", r.Capacity)
+		d.printf("   %-8s %-14s %-42s %5d %5d\n", c.tenant, c.route, name, got[i].ok, got[i].limited)
+		if got[i].other != 0 {
+			return fmt.Errorf("%s on %s: %d unexpected responses", c.tenant, c.route, got[i].other)
+		}
+		// The bucket admits its capacity at once, plus what refills while
+		// the burst lasts.
+		lo := min(int(r.Capacity), perCell)
+		hi := min(perCell, int(float64(r.Capacity)+r.RatePerSecond()*elapsed.Seconds())+1)
+		if got[i].ok < lo || got[i].ok > hi {
+			return fmt.Errorf("%s on %s: %d admitted in %v, want %d to %d", c.tenant, c.route, got[i].ok, elapsed, lo, hi)
+		}
+	}
+	d.printf("\n   Each tenant+route has its own bucket: the burst admits the rule's capacity, plus\n"+
+		"   what the rule refills during the %v the burst took.\n\n", elapsed.Round(time.Millisecond))
+	return nil
+}
+
+// fire sends perCell requests for every cell, all at once, and counts the
+// answers of each cell.
+func (d *demo) fire(cells []burstCell, perCell int) ([]burstCounts, error) {
+	got := make([]burstCounts, len(cells))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var firstErr error
-	start := time.Now()
 	for i, c := range cells {
 		for range perCell {
 			wg.Add(1)
@@ -323,29 +367,7 @@ func (d *demo) burst() error {
 		}
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	if firstErr != nil {
-		return firstErr
-	}
-	d.printf("   %-8s %-14s %-42s %5s %5s\n", "tenant", "route", "rule in force", "200", "429")
-	for i, c := range cells {
-		r := d.gw.Rules().Lookup(c.tenant, c.route)
-		name := r.Source + fmt.Sprintf(" (burst %d)", r.Capacity)
-		d.printf("   %-8s %-14s %-42s %5d %5d\n", c.tenant, c.route, name, got[i].ok, got[i].limited)
-		if got[i].other != 0 {
-			return fmt.Errorf("%s on %s: %d unexpected responses", c.tenant, c.route, got[i].other)
-		}
-		// The bucket admits its capacity at once, plus what refills while
-		// the burst lasts.
-		lo := min(int(r.Capacity), perCell)
-		hi := min(perCell, int(float64(r.Capacity)+r.RatePerSecond()*elapsed.Seconds())+1)
-		if got[i].ok < lo || got[i].ok > hi {
-			return fmt.Errorf("%s on %s: %d admitted in %v, want %d to %d", c.tenant, c.route, got[i].ok, elapsed, lo, hi)
-		}
-	}
-	d.printf("\n   Each tenant+route has its own bucket: the burst admits the rule's capacity, plus\n"+
-		"   what the rule refills during the %v the burst took.\n\n", elapsed.Round(time.Millisecond))
-	return nil
+	return got, firstErr
 }
 
 // seedCheck edits shop-a's rule to capacity 2 and shows 200, 200, 429.

@@ -138,14 +138,11 @@ func (s *Redis) Client() *redis.Client {
 // Kill sends SIGKILL to the server and waits for it to exit. It works on a
 // paused server too, and does nothing if the server is not running.
 func (s *Redis) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.runningLocked() {
-		return
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGCONT) // leave nothing stopped behind
-	_ = s.cmd.Process.Signal(syscall.SIGKILL)
-	<-s.done
+	s.ifRunning(func() {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT) // leave nothing stopped behind
+		_ = s.cmd.Process.Signal(syscall.SIGKILL)
+		<-s.done
+	})
 }
 
 // Stop asks the server to shut down with SIGTERM and waits for it to exit.
@@ -153,46 +150,46 @@ func (s *Redis) Kill() {
 // exited after 10 seconds it is killed. Stop does nothing if the server is
 // not running.
 func (s *Redis) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.runningLocked() {
-		return
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	_ = s.cmd.Process.Signal(syscall.SIGCONT)
-	timer := time.NewTimer(stopTimeout)
-	defer timer.Stop()
-	select {
-	case <-s.done:
-	case <-timer.C:
-		_ = s.cmd.Process.Signal(syscall.SIGKILL)
-		<-s.done
-	}
+	s.ifRunning(func() {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		timer := time.NewTimer(stopTimeout)
+		defer timer.Stop()
+		select {
+		case <-s.done:
+		case <-timer.C:
+			_ = s.cmd.Process.Signal(syscall.SIGKILL)
+			<-s.done
+		}
+	})
 }
 
 // Pause freezes the server with SIGSTOP: it keeps its connections and data
 // but answers nothing until Resume. Pause returns once the process is
 // stopped. It does nothing if the server is not running.
 func (s *Redis) Pause() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.runningLocked() {
-		return
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGSTOP)
-	s.waitState(true)
+	s.ifRunning(func() {
+		_ = s.cmd.Process.Signal(syscall.SIGSTOP)
+		s.waitState(true)
+	})
 }
 
 // Resume continues a server frozen by Pause with SIGCONT. It does nothing if
 // the server is not running.
 func (s *Redis) Resume() {
+	s.ifRunning(func() {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		s.waitState(false)
+	})
+}
+
+// ifRunning calls f with s.mu held if the server is running.
+func (s *Redis) ifRunning(f func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.runningLocked() {
-		return
+	if s.runningLocked() {
+		f()
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGCONT)
-	s.waitState(false)
 }
 
 // Restart starts a fresh redis-server on the same port and with the same

@@ -218,6 +218,18 @@ func (r *Rule) Period() time.Duration {
 	return time.Duration(r.RefillPeriodMs) * time.Millisecond
 }
 
+// The spec's enumerations (empty: the default) and what they compile to.
+var (
+	specModes = map[v1alpha1.Mode]bool{"": false, v1alpha1.ModeEnforce: false, v1alpha1.ModeShadow: true}
+
+	specFailureModes = map[v1alpha1.FailureMode]FailureMode{
+		"": LocalFallback, v1alpha1.FailureLocalFallback: LocalFallback, v1alpha1.FailureOpen: FailOpen, v1alpha1.FailureClosed: FailClosed,
+	}
+	specPrefetchModes = map[v1alpha1.PrefetchMode]PrefetchMode{
+		"": PrefetchOff, v1alpha1.PrefetchOff: PrefetchOff, v1alpha1.PrefetchFixed: PrefetchFixed, v1alpha1.PrefetchAuto: PrefetchAuto,
+	}
+)
+
 // FromSpec compiles a RateLimitRule's spec. source names the object.
 func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 	tokens, period, ok := spec.RefillRate()
@@ -232,30 +244,16 @@ func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 		RefillPeriodMs: period.Milliseconds(),
 		Source:         source,
 	}
-	switch spec.Mode {
-	case "", v1alpha1.ModeEnforce:
-	case v1alpha1.ModeShadow:
-		r.Shadow = true
-	default:
+	shadow, ok := specModes[spec.Mode]
+	if !ok {
 		return Rule{}, fmt.Errorf("%s: spec.mode %q: want Enforce or Shadow", source, spec.Mode)
 	}
-	switch spec.FailureMode {
-	case "", v1alpha1.FailureLocalFallback:
-	case v1alpha1.FailureOpen:
-		r.FailureMode = FailOpen
-	case v1alpha1.FailureClosed:
-		r.FailureMode = FailClosed
-	default:
+	r.Shadow = shadow
+	if r.FailureMode, ok = specFailureModes[spec.FailureMode]; !ok {
 		return Rule{}, fmt.Errorf("%s: spec.failureMode %q: want LocalFallback, FailOpen or FailClosed", source, spec.FailureMode)
 	}
 	if hk := spec.HotKey; hk != nil {
-		switch hk.Prefetch {
-		case "", v1alpha1.PrefetchOff:
-		case v1alpha1.PrefetchFixed:
-			r.Prefetch = PrefetchFixed
-		case v1alpha1.PrefetchAuto:
-			r.Prefetch = PrefetchAuto
-		default:
+		if r.Prefetch, ok = specPrefetchModes[hk.Prefetch]; !ok {
 			return Rule{}, fmt.Errorf("%s: spec.hotKey.prefetch %q: want Off, Fixed or Auto", source, hk.Prefetch)
 		}
 		if hk.Batch != nil {

@@ -4,16 +4,17 @@
 //
 // Whole documents decode into structs with Decode. Files whose errors must
 // name the entry and the field in words of their own (the route file) or
-// must not quote the file at all (the key file) decode mappings one field at
-// a time with Object, which applies the same rules.
+// must not quote the file at all (the key file) decode each mapping into a
+// struct with Fields, which applies the same rules one field at a time and
+// hands back every problem for the caller to word.
 package strictdecode
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -40,78 +41,110 @@ func Decode(js []byte, v any) error {
 	return errors.Join(strict...)
 }
 
-// Object is a JSON mapping whose fields are decoded one at a time.
-type Object map[string]json.RawMessage
+// Problem is what is wrong with one field of a mapping decoded by Fields.
+type Problem int
 
-// ParseObject decodes js as a mapping. It reports false when js is not a
-// mapping or null; null gives a nil Object.
-func ParseObject(js []byte) (Object, bool) {
-	var o Object
-	if err := json.Unmarshal(js, &o); err != nil {
-		return nil, false
-	}
-	return o, true
-}
+const (
+	// Unknown: the struct has no field of this name.
+	Unknown Problem = iota + 1
+	// Invalid: the value does not decode into the struct's field, for
+	// example a list where a string is wanted.
+	Invalid
+)
 
-// Unknown is a field of an Object that is not one of the known ones.
-type Unknown struct {
-	Name string
-	// Like is the known field that Name spells in another case, or "".
+// FieldError is one problem with one field of a mapping.
+type FieldError struct {
+	// Name is the field's name as the document spells it.
+	Name    string
+	Problem Problem
+	// Like, for an Unknown field, is the struct's field that Name spells in
+	// another case, or "".
 	Like string
+	// Err, for an Invalid field, is the decoding error; it may quote the
+	// value.
+	Err error
 }
 
-// Unknown lists the fields of o that are not in known, in name order.
-func (o Object) Unknown(known []string) []Unknown {
-	var out []Unknown
-	for _, k := range slices.Sorted(maps.Keys(o)) {
+// Error names the field and the problem, quoting the name (and, for an
+// Invalid field, perhaps the value).
+func (e FieldError) Error() string {
+	switch {
+	case e.Problem == Invalid:
+		return fmt.Sprintf("%s: %v", e.Name, e.Err)
+	case e.Like != "":
+		return fmt.Sprintf("unknown field %q (did you mean %q?)", e.Name, e.Like)
+	default:
+		return fmt.Sprintf("unknown field %q", e.Name)
+	}
+}
+
+// Mapping is what Fields found in a mapping.
+type Mapping struct {
+	// Null reports that the document was null (an empty YAML document):
+	// nothing was decoded.
+	Null bool
+	// Errors lists every problem: unknown fields in name order, then
+	// invalid ones in the order of the struct.
+	Errors  []FieldError
+	present map[string]bool
+}
+
+// Has reports whether the mapping has the field name, null or not.
+func (m Mapping) Has(name string) bool {
+	return m.present[name]
+}
+
+// Fields decodes the JSON mapping js into the struct v points to, one field
+// at a time, so that a bad field does not hide the next one: each struct
+// field is decoded with Decode's rules from the document field its json tag
+// names (a field that does not decode is left zero), and every field of the
+// document the struct does not name is reported. v must point to a struct.
+// Fields reports false when js is neither a mapping nor null.
+//
+// Callers whose errors must name the field in words of their own (the route
+// file) or must not quote the document at all (the key file) word the
+// Mapping's Errors themselves. js is meant to come from YAMLToJSON, which
+// rejects duplicate keys; Fields keeps the last of duplicates.
+func Fields(js []byte, v any) (Mapping, bool) {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(js, &doc); err != nil {
+		return Mapping{}, false
+	}
+	if doc == nil {
+		return Mapping{Null: true}, true
+	}
+	m := Mapping{present: make(map[string]bool, len(doc))}
+	sv := reflect.ValueOf(v).Elem()
+	var known []string
+	var invalid []FieldError
+	for i := range sv.NumField() {
+		name, _, _ := strings.Cut(sv.Type().Field(i).Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		known = append(known, name)
+		raw, ok := doc[name]
+		if !ok {
+			continue
+		}
+		m.present[name] = true
+		if err := Decode(raw, sv.Field(i).Addr().Interface()); err != nil {
+			sv.Field(i).SetZero()
+			invalid = append(invalid, FieldError{Name: name, Problem: Invalid, Err: err})
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(doc)) {
 		if slices.Contains(known, k) {
 			continue
 		}
-		u := Unknown{Name: k}
+		e := FieldError{Name: k, Problem: Unknown}
 		for _, f := range known {
 			if strings.EqualFold(f, k) {
-				u.Like = f
+				e.Like = f
 			}
 		}
-		out = append(out, u)
+		m.Errors = append(m.Errors, e)
 	}
-	return out
-}
-
-// Has reports whether o has the field name.
-func (o Object) Has(name string) bool {
-	_, ok := o[name]
-	return ok
-}
-
-// Field decodes the field name into dst with Decode's rules, leaving dst
-// alone when o has no such field. It reports whether the field is present
-// and the decoding error, which may quote the value.
-func (o Object) Field(name string, dst any) (present bool, err error) {
-	raw, ok := o[name]
-	if !ok {
-		return false, nil
-	}
-	return true, Decode(raw, dst)
-}
-
-// String decodes the field name as a string; null and other types are not
-// strings. It reports false when the field is absent or not a string.
-func (o Object) String(name string) (string, bool) {
-	raw := o[name]
-	var s string
-	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
-		return "", false
-	}
-	return s, true
-}
-
-// List decodes the field name as a list of raw values. It reports false
-// when the field is not a list; null is an empty list.
-func (o Object) List(name string) ([]json.RawMessage, bool) {
-	var items []json.RawMessage
-	if err := json.Unmarshal(bytes.TrimSpace(o[name]), &items); err != nil {
-		return nil, false
-	}
-	return items, true
+	m.Errors = append(m.Errors, invalid...)
+	return m, true
 }
