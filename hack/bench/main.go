@@ -116,6 +116,9 @@ func contains(list []string, s string) bool {
 }
 
 func main() {
+	if floorMain() {
+		return
+	}
 	cfg, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return

@@ -349,10 +349,15 @@ func (h *harness) mdRLS(m *md) {
 	m.section("8. Envoy rate limit service (baseline: classic)", "%d callers, each a closed loop of unary `ShouldRateLimit` calls over one shared HTTP/2 connection (as Envoy sends them), for %s after %s of warm-up; one descriptor per call, tenants from the mix (%s). Rule: %s. Reference: Envoy's Go ratelimit service, ~%d decisions/s at ~%d µs CPU per decision (%.0f decisions per CPU-second) and %d Redis commands per decision; the target is at least 2× its decisions per CPU-second.",
 		r.Streams, h.plan.RLSDur, h.plan.Warmup, r.Mix, r.Rule, refRLSDecisionsPerSecond, refRLSCPUMicrosPerDec, 1e6/refRLSCPUMicrosPerDec, refRLSRedisPerDecision)
 	var rows [][]string
-	for _, x := range r.Modes {
+	runs := r.Modes
+	if r.Floor != nil {
+		runs = append(runs[:len(runs):len(runs)], *r.Floor)
+	}
+	for _, x := range runs {
 		rows = append(rows, []string{x.Mode, fmt.Sprintf("%.0f", x.PerSecond), fmt.Sprint(x.Failed), f3(x.P50), f3(x.P99),
-			f1(x.CPUPerDecision), fmt.Sprintf("%.0f", x.PerCPUSecond), xr(x.VsReference),
+			f1(x.CPUPerDecision), xr(x.VsFloor), fmt.Sprintf("%.0f", x.PerCPUSecond), xr(x.VsReference),
 			fmt.Sprintf("%.4f", x.ScriptCallsPerDec), fmt.Sprintf("%.4f", x.RoundTripsPerDec), f1(x.RedisCPUPerDecision)})
 	}
-	m.table([]string{"mode", "decisions/s", "failed calls", "p50 ms", "p99 ms", "gateway CPU µs/decision", "decisions per CPU-second", "vs reference", "script calls/decision", "round trips/decision", "redis-server CPU µs/decision"}, rows)
+	m.table([]string{"mode", "decisions/s", "failed calls", "p50 ms", "p99 ms", "gateway CPU µs/decision", "vs floor", "decisions per CPU-second", "vs reference", "script calls/decision", "round trips/decision", "redis-server CPU µs/decision"}, rows)
+	m.p("floor: a grpc-go server (this harness, `-serve-rls-floor`) answering every call with one constant OK, under the same callers: the least a rate limit service on grpc-go costs; the target is at most 1.4× its CPU per call.")
 }

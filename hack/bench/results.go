@@ -285,6 +285,8 @@ type RLSResult struct {
 	Mix     string   `json:"mix"`
 	Rule    string   `json:"rule"`
 	Modes   []RLSRun `json:"modes"`
+	// Floor is a grpc-go server answering a constant OK under the same load.
+	Floor *RLSRun `json:"floor,omitempty"`
 }
 
 // RLSRun is one limiter mode's run of the rls scenario.
@@ -301,4 +303,5 @@ type RLSRun struct {
 	ScriptCallsPerDec   float64 `json:"scriptCallsPerDecision"`
 	RoundTripsPerDec    float64 `json:"roundTripsPerDecision"`
 	RedisCPUPerDecision float64 `json:"redisCpuMicrosPerDecision"`
+	VsFloor             float64 `json:"vsFloor,omitempty"` // CPU per decision over the floor's per call
 }

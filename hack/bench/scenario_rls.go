@@ -45,6 +45,17 @@ func (h *harness) scenarioRLS(ctx context.Context) error {
 		h.logf("%-8s %6.0f decisions/s, p99 %.2f ms, gateway %.1f µs CPU/decision (%.0f decisions per CPU-second, %.2f× the reference), %.3f script calls/decision",
 			m.name, run.PerSecond, run.P99, run.CPUPerDecision, run.PerCPUSecond, run.VsReference, run.ScriptCallsPerDec)
 	}
+	floor, err := h.rlsFloor(ctx)
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	res.Floor = floor
+	for i := range res.Modes {
+		if floor.CPUPerDecision > 0 {
+			res.Modes[i].VsFloor = round(res.Modes[i].CPUPerDecision/floor.CPUPerDecision, 2)
+		}
+	}
+	h.logf("floor    %6.0f calls/s, p99 %.2f ms, %.1f µs CPU/call (a grpc-go server answering a constant OK)", floor.PerSecond, floor.P99, floor.CPUPerDecision)
 	return nil
 }
 
@@ -65,15 +76,11 @@ func (h *harness) rlsRun(ctx context.Context, m limiterMode) (*RLSRun, error) {
 		return nil, err
 	}
 	defer gw.stop()
-	cc, err := grpc.NewClient(fmt.Sprintf("passthrough:///127.0.0.1:%d", port), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	client, closeConn, err := rlsClient(ctx, fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
 		return nil, err
 	}
-	defer cc.Close()
-	if err := waitServing(ctx, cc, 30*time.Second); err != nil {
-		return nil, fmt.Errorf("rate limit service not serving: %w", err)
-	}
-	client := rlsv3.NewRateLimitServiceClient(cc)
+	defer closeConn()
 	h.driveRLS(ctx, client, h.plan.Warmup) // connections, pools, caches
 
 	rc := rs.client()
@@ -165,6 +172,20 @@ func (h *harness) driveRLS(ctx context.Context, client rlsv3.RateLimitServiceCli
 	}
 	wg.Wait()
 	return all, failed
+}
+
+// rlsClient dials a rate limit service over one HTTP/2 connection, as Envoy
+// does, once its health service reports SERVING.
+func rlsClient(ctx context.Context, addr string) (rlsv3.RateLimitServiceClient, func(), error) {
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := waitServing(ctx, cc, 30*time.Second); err != nil {
+		cc.Close()
+		return nil, nil, fmt.Errorf("rate limit service not serving: %w", err)
+	}
+	return rlsv3.NewRateLimitServiceClient(cc), func() { cc.Close() }, nil
 }
 
 // waitServing waits until the gRPC health service reports SERVING.

@@ -49,6 +49,7 @@ var targets = []target{
 	{what: "data-plane memory", threshold: "≤ 50 MB", extract: gatewayMemory, optional: true},
 	{what: "controller sync", threshold: "≤ 5 s", extract: publishTime, optional: true},
 	{what: "Envoy rate limit service decisions per CPU-second", threshold: "≥ 2× Envoy's ratelimit service", extract: rlsVsReference, optional: true},
+	{what: "rate limit service CPU per decision", threshold: "≤ 1.4× a bare grpc-go server's per call", extract: rlsVsFloor, optional: true},
 }
 
 // checkTargets compares the results with the targets.
@@ -240,6 +241,21 @@ func publishTime(h *harness) []measured {
 	}
 	return []measured{{what: "controller sync of " + s.PublishBench, value: fmt.Sprintf("%.2f s", s.PublishSeconds),
 		met: s.PublishSeconds <= 5, judged: !h.cfg.quick && !raceEnabled, note: quickNote(h)}}
+}
+
+func rlsVsFloor(h *harness) []measured {
+	r := h.res.RLS
+	if r == nil || r.Floor == nil {
+		return nil
+	}
+	var out []measured
+	for _, m := range r.Modes {
+		if m.Mode == "batched" && m.VsFloor > 0 {
+			out = append(out, measured{value: fmt.Sprintf("%.1f µs vs %.1f µs: %.2f×", m.CPUPerDecision, r.Floor.CPUPerDecision, m.VsFloor),
+				met: m.VsFloor <= 1.4, judged: !h.cfg.quick && !raceEnabled, note: "batched (default) mode; floor measured in the same run"})
+		}
+	}
+	return out
 }
 
 func rlsVsReference(h *harness) []measured {

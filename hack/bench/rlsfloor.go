@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// floorFlag makes this program the rls scenario's floor instead of a
+// benchmark run: `bench -serve-rls-floor ADDR` serves the rate limit service
+// with a grpc-go server that answers every call with one constant OK, the
+// least any rate limit service over grpc-go can cost. The scenario starts
+// it as a process of its own, so its CPU is read from /proc like the
+// gateway's.
+const floorFlag = "-serve-rls-floor"
+
+// floorMain serves the floor and reports true when the program was started
+// as `-serve-rls-floor ADDR` (by the benchmark, or by its test binary).
+func floorMain() bool {
+	if len(os.Args) != 3 || os.Args[1] != floorFlag {
+		return false
+	}
+	if err := serveRLSFloor(os.Args[2]); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: rls floor:", err)
+		os.Exit(1)
+	}
+	return true
+}
+
+// floorServer answers every ShouldRateLimit with the same response.
+type floorServer struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	res *rlsv3.RateLimitResponse
+}
+
+func (f *floorServer) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return f.res, nil
+}
+
+// serveRLSFloor serves the floor on addr until the process is killed.
+func serveRLSFloor(addr string) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	s := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(s, &floorServer{res: &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OK}},
+	}})
+	healthpb.RegisterHealthServer(s, health.NewServer()) // SERVING
+	return s.Serve(lis)
+}
+
+// rlsFloor measures the floor under the scenario's load: CPU per call of a
+// grpc-go server that does nothing but answer.
+func (h *harness) rlsFloor(ctx context.Context) (*RLSRun, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	p, err := startProc("rls-floor", filepath.Join(h.logDir, "rls-floor.log"), self, floorFlag, addr)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Kill()
+	client, closeConn, err := rlsClient(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	defer closeConn()
+	h.driveRLS(ctx, client, h.plan.Warmup)
+	cpu0, err := cpuTime(p.Pid())
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	lat, failed := h.driveRLS(ctx, client, h.plan.RLSDur)
+	elapsed := time.Since(t0)
+	cpu1, err := cpuTime(p.Pid())
+	if err != nil {
+		return nil, err
+	}
+	calls := float64(len(lat))
+	return newRLSRun("floor", lat, failed, elapsed, counters{cpu: cpu1 - cpu0, decisions: calls}, 0, 0), nil
+}
