@@ -245,6 +245,36 @@ func TestClusterKeyPlacement(t *testing.T) {
 	if len(nodes) < 2 {
 		t.Fatalf("16 shard keys on %d node(s), want them spread", len(nodes))
 	}
+	// A cost above one shard's capacity (4) takes from shards on several
+	// masters, and gives back on all of them when the rule is short.
+	spread := &oneRule{snapshot.Rule{Tenant: "*", Route: "*", Capacity: 64, RefillTokens: 1, RefillPeriodMs: 3600_000, Shards: 16}}
+	es := decision.New(decision.Options{Rules: spread, Limiter: chain(t, client)})
+	admitted := 0
+	for range 8 {
+		d, _, err := es.Decide(ctx, "spread", "r", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		} else if d.RetryAfter <= 0 {
+			t.Fatalf("spread rejection without a Retry-After: %+v", d)
+		}
+	}
+	var left float64
+	for i := range 16 {
+		st, err := limiter.Peek(ctx, client, limiter.ShardKey("spread", "r", "", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.Found {
+			st.Tokens = 4
+		}
+		left += st.Tokens
+	}
+	if admitted != 6 || left < 3.99 || left > 4.01 {
+		t.Fatalf("cost 10 on 64 tokens in 16 shards over 3 masters: admitted %d with %.2f left, want 6 with 4 left", admitted, left)
+	}
 	// One tenant's plain buckets share a slot: one script could touch them all.
 	slots := map[int64]bool{}
 	for _, k := range []string{limiter.Key("shop-a", "a"), limiter.Key("shop-a", "b"), limiter.RegionKey("shop-a", "a", "eu")} {
