@@ -13,7 +13,7 @@ var (
 	})
 	rulesByState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tollgate_controller_rules",
-		Help: "RateLimitRules seen by the last publish, by state (accepted, conflict, invalid).",
+		Help: "RateLimitRules seen by the last publish, by state (accepted, conflict, invalid, not_allowed).",
 	}, []string{"state"})
 	snapshotShards = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tollgate_controller_snapshot_shards",

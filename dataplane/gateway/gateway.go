@@ -124,6 +124,7 @@ func (g *Gateway) buildChain() error {
 		fallbackLog := g.log.WithName("fallback")
 		opts.Client = client
 		opts.Timeout, opts.MaxWait = g.opts.RedisTimeout, max(g.opts.RedisMaxWait, g.opts.RedisTimeout)
+		g.metrics.RedisTimeout.Set(g.opts.RedisTimeout.Seconds())
 		if g.opts.RedisLayout != "" {
 			if opts.Layout, err = limiter.ParseLayout(g.opts.RedisLayout); err != nil {
 				return err

@@ -24,13 +24,19 @@ type Gateway struct {
 	// Decisions counts limiter decisions by route, result and source
 	// (redis, local, fail-open, fail-closed).
 	Decisions *prometheus.CounterVec
-	// Responses counts responses by route and status code class (2xx, 4xx...),
-	// including the gateway's own 401/404/429.
+	// Responses counts responses by route, status code class (2xx, 4xx...)
+	// and origin: OriginGateway for the gateway's own answers (401, 404,
+	// 429, 503 of a limiter that fails closed...), OriginUpstream for the
+	// upstream's answers and the 502/504 the gateway writes when the
+	// upstream fails or times out.
 	Responses *prometheus.CounterVec
 	// RedisDuration observes every Redis decision call.
 	RedisDuration prometheus.Histogram
 	// RedisErrors counts failed Redis decision calls.
 	RedisErrors prometheus.Counter
+	// RedisTimeout is the deadline of one Redis decision (--redis-timeout),
+	// 0 without Redis; alerts compare the latency with it.
+	RedisTimeout prometheus.Gauge
 	// Breaker is 1 for the circuit breaker's current state, 0 for the others.
 	Breaker *prometheus.GaugeVec
 	// Replicas is the live gateway replica count N used by the fallback.
@@ -62,6 +68,12 @@ const (
 	IdentityLimited = "limited" // the client address spent its failures (429)
 )
 
+// Origins of Gateway.Responses.
+const (
+	OriginGateway  = "gateway"  // the gateway's own answer
+	OriginUpstream = "upstream" // the upstream's answer, or 502/504 when it failed
+)
+
 // NewGateway creates the metrics and registers them, with the Go and process
 // collectors, on reg.
 // long: one declaration per metric, read as a table of names and help texts.
@@ -74,8 +86,8 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 		}, []string{"route", "result", "source"}),
 		Responses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_gateway_responses_total",
-			Help: "Responses by route (\"none\" when no route matched) and status class.",
-		}, []string{"route", "code"}),
+			Help: "Responses by route (\"none\" when no route matched), status class and origin (gateway: the gateway's own answer; upstream: the upstream's, or the 502/504 written when it failed).",
+		}, []string{"route", "code", "origin"}),
 		RedisDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tollgate_gateway_redis_duration_seconds",
 			Help:    "Duration of Redis decision calls, failed ones included.",
@@ -84,6 +96,10 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 		RedisErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_gateway_redis_errors_total",
 			Help: "Redis decision calls that failed or timed out.",
+		}),
+		RedisTimeout: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_gateway_redis_timeout_seconds",
+			Help: "Deadline of one Redis decision call (--redis-timeout); 0 with --limiter=local.",
 		}),
 		Breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tollgate_gateway_breaker_state",
@@ -123,7 +139,7 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route"}),
 	}
-	reg.MustRegister(m.Decisions, m.Responses, m.RedisDuration, m.RedisErrors, m.Breaker, m.Replicas, m.ReplicasCounted,
+	reg.MustRegister(m.Decisions, m.Responses, m.RedisDuration, m.RedisErrors, m.RedisTimeout, m.Breaker, m.Replicas, m.ReplicasCounted,
 		m.SnapshotVersion, m.SnapshotLoaded, m.Rules, m.ReloadErrors, m.UpstreamDuration, m.IdentityFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, s := range []string{"closed", "open", "half-open"} {

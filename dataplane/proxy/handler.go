@@ -181,7 +181,7 @@ func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *up
 
 // reply writes one of the gateway's own answers as a small JSON body.
 func (h *Handler) reply(w http.ResponseWriter, route string, status int, msg string) {
-	h.opts.Metrics.Responses.WithLabelValues(route, codeClass(status)).Inc()
+	h.opts.Metrics.Responses.WithLabelValues(route, codeClass(status), metrics.OriginGateway).Inc()
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)

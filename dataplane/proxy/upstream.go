@@ -89,10 +89,13 @@ type classCounters [6]prometheus.Counter
 // transport for its timeout, and its counters.
 func (u *upstreams) build(r *routes.Route) *upstream {
 	up := &upstream{route: r, decisions: u.metrics.DecisionCounters(r.ID, numSources, sourceName)}
+	// The upstream's answers, and the 502/504 written when it failed; a
+	// client too slow to send its body gets the gateway's own 408.
 	var classes classCounters
 	for c := 1; c <= 5; c++ {
-		classes[c] = u.metrics.Responses.WithLabelValues(r.ID, codeClass(c*100))
+		classes[c] = u.metrics.Responses.WithLabelValues(r.ID, codeClass(c*100), metrics.OriginUpstream)
 	}
+	clientTimeout := u.metrics.Responses.WithLabelValues(r.ID, codeClass(http.StatusRequestTimeout), metrics.OriginGateway)
 	observe := u.metrics.UpstreamDuration.WithLabelValues(r.ID)
 	u.mu.Lock()
 	timeout := r.Timeout
@@ -119,7 +122,7 @@ func (u *upstreams) build(r *routes.Route) *upstream {
 		// the bench profile.)
 		BufferPool:     &u.buffers,
 		ModifyResponse: classes.modifyResponse,
-		ErrorHandler:   u.errorHandler(r.ID, &classes),
+		ErrorHandler:   u.errorHandler(r.ID, &classes, clientTimeout),
 	}
 	return up
 }
@@ -141,13 +144,14 @@ func (classes *classCounters) modifyResponse(res *http.Response) error {
 }
 
 // errorHandler answers the requests of route whose forwarding failed: 408
-// when the client's body came too slowly, 504 when the upstream timed out,
-// 502 otherwise, and nothing when the client went away.
-func (u *upstreams) errorHandler(route string, classes *classCounters) func(http.ResponseWriter, *http.Request, error) {
+// when the client's body came too slowly (counted by clientTimeout), 504
+// when the upstream timed out, 502 otherwise (counted in classes, against
+// the upstream), and nothing when the client went away.
+func (u *upstreams) errorHandler(route string, classes *classCounters, clientTimeout prometheus.Counter) func(http.ResponseWriter, *http.Request, error) {
 	return func(w http.ResponseWriter, req *http.Request, err error) {
 		if b, ok := req.Context().Value(bodyKey{}).(*deadlineBody); ok && b.timedOut.Load() {
 			// The client, not the upstream, was too slow.
-			classes[4].Inc()
+			clientTimeout.Inc()
 			w.Header().Set("Connection", "close")
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusRequestTimeout)
