@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what tollgate's tests and demo need from the machine's package
-# manager: redis-server and redis-cli (Debian packages). With the argument
+# manager: redis-server and redis-cli, and prometheus with promtool (the
+# alert rule unit tests and the dashboard test against a real Prometheus),
+# all Debian packages. With the argument
 # "nginx" also nginx, the plain reverse proxy `make bench` measures as a
 # reference. Does nothing when they are already installed. Needs root or
 # passwordless sudo to install.
@@ -9,6 +11,9 @@ set -euo pipefail
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  missing+=(prometheus)
+fi
 if [ "${1:-}" = nginx ] && [ ! -x /usr/sbin/nginx ]; then
   missing+=(nginx-light)
 fi
@@ -24,7 +29,7 @@ if [ "$(id -u)" -ne 0 ]; then
   fi
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
-  echo "install-deps: ${missing[*]} missing and apt-get is not available; install Redis 7 with your package manager" >&2
+  echo "install-deps: ${missing[*]} missing and apt-get is not available; install Redis 7 and Prometheus (with promtool) with your package manager" >&2
   exit 1
 fi
 echo "install-deps: installing ${missing[*]}" >&2

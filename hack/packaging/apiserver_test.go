@@ -10,10 +10,12 @@ import (
 )
 
 // serviceMonitorCRD is a minimal stand-in for the Prometheus Operator's
-// ServiceMonitor CRD, which envtest does not have. It is installed for real
-// (rather than filtering the chart's ServiceMonitors out of the dry run) so
-// that the API server at least checks their apiVersion, kind and metadata;
-// their spec is not validated (x-kubernetes-preserve-unknown-fields).
+// ServiceMonitor and PrometheusRule CRDs, which envtest does not have. They
+// are installed for real (rather than filtering the chart's objects out of
+// the dry run) so that the API server at least checks their apiVersion, kind
+// and metadata; their spec is not validated
+// (x-kubernetes-preserve-unknown-fields; promtool checks the rules, see
+// alerts_test.go).
 const serviceMonitorCRD = `apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
@@ -26,6 +28,30 @@ spec:
     listKind: ServiceMonitorList
     plural: servicemonitors
     singular: servicemonitor
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            x-kubernetes-preserve-unknown-fields: true
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: prometheusrules.monitoring.coreos.com
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names:
+    kind: PrometheusRule
+    listKind: PrometheusRuleList
+    plural: prometheusrules
+    singular: prometheusrule
   versions:
   - name: v1
     served: true
@@ -115,7 +141,7 @@ func TestAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, _, err := kc("", "wait", "--for", "condition=established", "--timeout", "60s",
-		"crd/servicemonitors.monitoring.coreos.com"); err != nil {
+		"crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com"); err != nil {
 		t.Fatal(err)
 	}
 
