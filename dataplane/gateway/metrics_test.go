@@ -2,7 +2,9 @@ package gateway_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 )
@@ -46,4 +48,26 @@ func TestResponsesByOrigin(t *testing.T) {
 			t.Errorf("%s = %v, want %v", series, got, want)
 		}
 	}
+}
+
+// TestReloadErrorsStartAtZero: the reload error counter of every source the
+// gateway watches is exported at 0 from the start. A series born at 1 has no
+// increase for Prometheus, so the first rejected reload of a gateway would
+// never fire TollgateReloadErrors (found by the e2e Prometheus spec).
+func TestReloadErrorsStartAtZero(t *testing.T) {
+	srv := redistest.Start(t)
+	up := echoUpstream(t)
+	e := newEnv(t, up.URL, rule("one", "acme", "list-orders", 1, slow))
+	gw := start(t, e.options(srv.Addr()), testLogger(t))
+	text := scrape(t, gw)
+	for _, source := range []string{"routes", "rules"} {
+		series := `tollgate_gateway_reload_errors_total{source="` + source + `"} 0`
+		if !strings.Contains(text, series+"\n") {
+			t.Errorf("/metrics lacks %s before any reload error", series)
+		}
+	}
+	e.writeRoutes(t, "routes: [\n")
+	waitFor(t, 10*time.Second, "the rejected route reload counted", func() bool {
+		return metricValue(t, gw, `tollgate_gateway_reload_errors_total{source="routes"}`) == 1
+	})
 }

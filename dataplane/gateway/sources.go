@@ -22,8 +22,11 @@ import (
 // loadFiles loads routes, API keys and (standalone) rules.
 func (g *Gateway) loadFiles() error {
 	reloadErr := func(source string) func(error) {
+		// Exported at 0 from the start: a counter born at 1 shows no
+		// increase to Prometheus, and the first error would go unalerted.
+		errors := g.metrics.ReloadErrors.WithLabelValues(source)
 		return func(err error) {
-			g.metrics.ReloadErrors.WithLabelValues(source).Inc()
+			errors.Inc()
 			g.log.Error(err, "reload refused; the last good version stays in use", "source", source)
 		}
 	}
@@ -120,11 +123,12 @@ func (g *Gateway) connectKubernetes() error {
 }
 
 func newConfigMapSource(g *Gateway) *rules.ConfigMapSource {
+	errors := g.metrics.ReloadErrors.WithLabelValues("rules") // at 0 from the start
 	return rules.NewConfigMapSource(g.kube, g.store, rules.ConfigMapOptions{
 		Namespace: g.opts.SnapshotNamespace, SnapshotName: g.opts.SnapshotName,
 		OnReload: g.rulesLoaded,
 		OnError: func(err error) {
-			g.metrics.ReloadErrors.WithLabelValues("rules").Inc()
+			errors.Inc()
 			g.log.Error(err, "rule snapshot problem; the last good rules stay in use")
 		},
 	})

@@ -96,6 +96,9 @@ func (u *upstreams) build(r *routes.Route) *upstream {
 		classes[c] = u.metrics.Responses.WithLabelValues(r.ID, codeClass(c*100), metrics.OriginUpstream)
 	}
 	clientTimeout := u.metrics.Responses.WithLabelValues(r.ID, codeClass(http.StatusRequestTimeout), metrics.OriginGateway)
+	// The gateway's own 5xx of the route, at 0 before the first: a counter
+	// born at 1 shows no increase to Prometheus's rate().
+	u.metrics.Responses.WithLabelValues(r.ID, codeClass(http.StatusServiceUnavailable), metrics.OriginGateway)
 	observe := u.metrics.UpstreamDuration.WithLabelValues(r.ID)
 	u.mu.Lock()
 	timeout := r.Timeout
