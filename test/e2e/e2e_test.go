@@ -159,6 +159,8 @@ spec:
 		}
 	})
 
+	It("answers every dashboard query and evaluates every alert rule in a real Prometheus, through 429s and a Redis outage", dashboardAndAlerts)
+
 	It("keeps enforcing without the controller, and a restarted controller rewrites nothing", func() {
 		controller.stop()
 		for _, g := range gateways {

@@ -1,0 +1,363 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
+)
+
+// A real Prometheus server (Debian's prometheus package) scraping the three
+// gateways and the controller, loading config/prometheus/alerts.yaml; the
+// spec below runs the shipped dashboard's queries and the alert rules in it.
+
+// prometheusScrape is the scrape interval: short, so that a few seconds of
+// Redis outage leave several samples.
+const prometheusScrape = 500 * time.Millisecond
+
+// rateInterval replaces Grafana's $__rate_interval: four scrape intervals
+// and more, as Grafana computes it.
+const rateInterval = "5s"
+
+type promProc struct {
+	*proc
+	url string
+}
+
+// startPrometheus runs prometheus on a free loopback port with its storage
+// in a temporary directory. Without the binary the spec is skipped, unless CI
+// is set.
+func startPrometheus() *promProc {
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			Fail("prometheus not found and CI is set: run hack/install-deps.sh (installs the prometheus package)")
+		}
+		Skip("prometheus not found (hack/install-deps.sh installs the prometheus package)")
+	}
+	dir := GinkgoT().TempDir()
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "global:\n  scrape_interval: %v\n  scrape_timeout: %v\n  evaluation_interval: 1s\n", prometheusScrape, prometheusScrape)
+	fmt.Fprintf(&cfg, "rule_files:\n- %s\n", filepath.Join(envtestutil.RepoRoot(), "config", "prometheus", "alerts.yaml"))
+	target := func(addr, pod string) string {
+		return fmt.Sprintf("  - targets: [%q]\n    labels: {namespace: %s, pod: %s}\n", addr, namespace, pod)
+	}
+	cfg.WriteString("scrape_configs:\n- job_name: tollgate-gateway\n  static_configs:\n")
+	for _, g := range gateways {
+		cfg.WriteString(target(strings.TrimPrefix(g.admin, "http://"), g.name))
+	}
+	cfg.WriteString("- job_name: tollgate-controller\n  static_configs:\n")
+	cfg.WriteString(target(controllerMetricsAddr(), "controller"))
+	config := filepath.Join(dir, "prometheus.yml")
+	Expect(os.WriteFile(config, []byte(cfg.String()), 0o644)).To(Succeed())
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort())
+	p := &promProc{
+		proc: startProc("prometheus", bin, "--config.file="+config, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+			"--web.listen-address="+listen, "--log.level=warn"),
+		url: "http://" + listen,
+	}
+	Eventually(func() int { return httpStatus(p.url + "/-/ready") }, 30*time.Second, 100*time.Millisecond).Should(Equal(200), p.logTail)
+	return p
+}
+
+// promResult is the data of a query or query_range answer.
+type promResult struct {
+	ResultType string `json:"resultType"`
+	Result     []struct {
+		Metric map[string]string `json:"metric"`
+		Value  []any             `json:"value"`
+		Values [][]any           `json:"values"`
+	} `json:"result"`
+}
+
+// api calls Prometheus's HTTP API and returns its data, or an error with
+// Prometheus's message (a query that does not parse, for one).
+func (p *promProc) api(path string, params url.Values) (json.RawMessage, error) {
+	res, err := http.Get(p.url + path + "?" + params.Encode())
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	var body struct {
+		Status string          `json:"status"`
+		Data   json.RawMessage `json:"data"`
+		Error  string          `json:"error"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&body); err != nil {
+		return nil, fmt.Errorf("%s: status %d: %w", path, res.StatusCode, err)
+	}
+	if body.Status != "success" {
+		return nil, fmt.Errorf("%s: %s", path, body.Error)
+	}
+	return body.Data, nil
+}
+
+func (p *promProc) queryRange(expr string, from, to time.Time) (promResult, error) {
+	var r promResult
+	data, err := p.api("/api/v1/query_range", url.Values{"query": {expr},
+		"start": {unix(from)}, "end": {unix(to)}, "step": {"0.5"}})
+	if err == nil {
+		err = json.Unmarshal(data, &r)
+	}
+	return r, err
+}
+
+func (p *promProc) query(expr string, at time.Time) (promResult, error) {
+	var r promResult
+	data, err := p.api("/api/v1/query", url.Values{"query": {expr}, "time": {unix(at)}})
+	if err == nil {
+		err = json.Unmarshal(data, &r)
+	}
+	return r, err
+}
+
+func unix(t time.Time) string { return strconv.FormatFloat(float64(t.UnixMilli())/1000, 'f', 3, 64) }
+
+// maxValue is the largest finite value of a range result's series whose
+// labels hold every pair of match; NaN when there is none.
+func (r promResult) maxValue(match map[string]string) float64 {
+	m := math.NaN()
+	for _, s := range r.Result {
+		ok := true
+		for k, v := range match {
+			ok = ok && s.Metric[k] == v
+		}
+		if !ok {
+			continue
+		}
+		values := s.Values
+		if s.Value != nil {
+			values = append(values, s.Value)
+		}
+		for _, v := range values {
+			str, _ := v[1].(string)
+			f, err := strconv.ParseFloat(str, 64)
+			if err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) && (math.IsNaN(m) || f > m) {
+				m = f
+			}
+		}
+	}
+	return m
+}
+
+// dashboardTarget is one query of the shipped dashboard.
+type dashboardTarget struct{ panel, expr string }
+
+func dashboardTargets() []dashboardTarget {
+	data, err := os.ReadFile(filepath.Join(envtestutil.RepoRoot(), "charts", "tollgate", "dashboards", "tollgate.json"))
+	Expect(err).NotTo(HaveOccurred())
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	Expect(json.Unmarshal(data, &dash)).To(Succeed())
+	var out []dashboardTarget
+	for _, p := range dash.Panels {
+		for _, t := range p.Targets {
+			// Grafana's variables: this namespace, every route.
+			expr := strings.NewReplacer("$namespace", namespace, "$route", ".*", "$__rate_interval", rateInterval).Replace(t.Expr)
+			Expect(expr).NotTo(ContainSubstring("$"), "panel %q uses a variable the test does not know", p.Title)
+			out = append(out, dashboardTarget{p.Title, expr})
+		}
+	}
+	Expect(len(out)).To(BeNumerically(">=", 25))
+	return out
+}
+
+// alertRules are the alerting rules of config/prometheus/alerts.yaml as
+// Prometheus loaded them.
+type alertRule struct {
+	Name      string `json:"name"`
+	Query     string `json:"query"`
+	Health    string `json:"health"`
+	LastError string `json:"lastError"`
+}
+
+func (p *promProc) alertRules() []alertRule {
+	data, err := p.api("/api/v1/rules", url.Values{"type": {"alert"}})
+	Expect(err).NotTo(HaveOccurred())
+	var r struct {
+		Groups []struct {
+			Rules []alertRule `json:"rules"`
+		} `json:"groups"`
+	}
+	Expect(json.Unmarshal(data, &r)).To(Succeed())
+	var out []alertRule
+	for _, g := range r.Groups {
+		out = append(out, g.Rules...)
+	}
+	return out
+}
+
+// dashboardAndAlerts is a spec of the suite's ordered container (after the
+// Conflict and outage specs, before the controller restarts): it runs the
+// shipped dashboard's queries and the alert rules in a real Prometheus
+// scraping the live gateways and controller, through traffic with 429s, a
+// rejected reload and a Redis outage of its own.
+func dashboardAndAlerts() {
+	{
+		ctx := context.Background()
+		start := time.Now()
+		prom := startPrometheus()
+		DeferCleanup(prom.stop)
+		Eventually(func() float64 {
+			r, err := prom.query("sum(up)", time.Now())
+			if err != nil {
+				return -1
+			}
+			return r.maxValue(nil)
+		}, 20*time.Second, 200*time.Millisecond).Should(Equal(float64(len(gateways)+1)), "Prometheus scrapes the gateways and the controller")
+
+		By("driving traffic: a rule publish, 2xx, 429, 401 and a rejected route reload")
+		rule := &v1alpha1.RateLimitRule{}
+		rule.Name, rule.Namespace = "dashboard", "default"
+		rule.Spec = v1alpha1.RateLimitRuleSpec{Tenant: "dash", Route: "list-orders", Capacity: 3,
+			Refill: &v1alpha1.Refill{Tokens: 1, Period: metav1.Duration{Duration: time.Hour}}}
+		Expect(k8s.Create(ctx, rule)).To(Succeed())
+		DeferCleanup(func() { _ = k8s.Delete(context.Background(), rule) })
+		waitRule("dash", "list-orders", 3)
+		for _, g := range gateways {
+			for range 5 {
+				Expect(send(g, "GET", "/orders", "dash").status).To(BeElementOf(200, 429))
+			}
+			Expect(send(g, "GET", "/orders", "dash").status).To(Equal(429))
+			Expect(send(g, "GET", "/orders", "").status).To(Equal(401))
+			Expect(send(g, "GET", "/orders", "dashboard-ok").status).To(Equal(200))
+		}
+		routes := filepath.Join(workDir, "routes.yaml")
+		good, err := os.ReadFile(routes)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(os.WriteFile(routes, []byte("routes: [\n"), 0o644)).To(Succeed())
+		for _, g := range gateways {
+			Eventually(func() float64 {
+				return metric(g.admin+"/metrics", "tollgate_gateway_reload_errors_total", `source="routes"`)
+			}, 10*time.Second, 50*time.Millisecond).Should(BeNumerically(">", 0), g.name)
+		}
+		Expect(os.WriteFile(routes, good, 0o644)).To(Succeed())
+		time.Sleep(3 * prometheusScrape)
+
+		By("killing Redis until every breaker is open and Prometheus has scraped it")
+		redisSrv.kill()
+		outageStart := time.Now()
+		traffic := func() {
+			for i, g := range gateways {
+				r := send(g, "GET", "/orders", fmt.Sprintf("dash-outage-%d", i))
+				Expect(r.status).To(BeElementOf(200, 429), "no 5xx while Redis is down")
+			}
+		}
+		Eventually(func() bool {
+			traffic()
+			for _, g := range gateways {
+				if metric(g.admin+"/metrics", "tollgate_gateway_breaker_state", `state="closed"`) == 1 {
+					return false
+				}
+			}
+			return true
+		}, 20*time.Second, 10*time.Millisecond).Should(BeTrue(), "every breaker leaves closed")
+		Eventually(func() float64 {
+			traffic()
+			r, err := prom.query(`sum(tollgate_gateway_breaker_state{state="open"})`, time.Now())
+			if err != nil {
+				return -1
+			}
+			return r.maxValue(nil)
+		}, 20*time.Second, 50*time.Millisecond).Should(BeNumerically(">", 0), "Prometheus scraped an open breaker")
+		for deadline := time.Now().Add(6 * prometheusScrape); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			traffic()
+		}
+		outageEnd := time.Now()
+		redisSrv.start()
+		for _, g := range gateways {
+			Eventually(func() float64 {
+				send(g, "GET", "/orders", "dash-after-outage")
+				return metric(g.admin+"/metrics", "tollgate_gateway_breaker_state", `state="closed"`)
+			}, 20*time.Second, 50*time.Millisecond).Should(Equal(1.0), g.name)
+		}
+		for deadline := time.Now().Add(4 * prometheusScrape); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			traffic()
+		}
+		end := time.Now()
+
+		By("running every dashboard query")
+		outage := map[string]map[string]string{
+			"Breaker open":        nil,
+			"Redis errors":        nil,
+			"Decisions by source": {"source": "local"},
+			"Breaker state":       {"state": "open"},
+		}
+		seen := map[string]bool{}
+		for _, t := range dashboardTargets() {
+			r, err := prom.queryRange(t.expr, start, end)
+			Expect(err).NotTo(HaveOccurred(), "panel %q: %s", t.panel, t.expr)
+			Expect(math.IsNaN(r.maxValue(nil))).To(BeFalse(), "panel %q has no data: %s", t.panel, t.expr)
+			if match, ok := outage[t.panel]; ok {
+				seen[t.panel] = true
+				r, err := prom.queryRange(t.expr, outageStart, outageEnd)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(r.maxValue(match)).To(BeNumerically(">", 0), "panel %q %v during the outage: %s", t.panel, match, t.expr)
+			}
+		}
+		Expect(seen).To(HaveLen(len(outage)), "the outage panels are on the dashboard")
+
+		By("evaluating every alert rule")
+		rules := prom.alertRules()
+		Expect(len(rules)).To(BeNumerically(">=", 14))
+		exprs := map[string]string{}
+		for _, a := range rules {
+			exprs[a.Name] = a.Query
+			Eventually(func() string {
+				for _, b := range prom.alertRules() {
+					if b.Name == a.Name {
+						return b.Health + " " + b.LastError
+					}
+				}
+				return "missing"
+			}, 10*time.Second, 200*time.Millisecond).Should(Equal("ok "), "rule %s evaluates without error", a.Name)
+		}
+		// Conditions this suite creates show in the rules' expressions (the
+		// alerts themselves need minutes of "for").
+		for name, at := range map[string]time.Time{
+			"TollgateRedisBreakerOpen":    outageEnd,
+			"TollgateLocalFallbackActive": outageEnd,
+			"TollgateRedisErrorRatioHigh": outageEnd,
+			"TollgateReloadErrors":        end,
+			"TollgateRulesNotAccepted":    end, // the Conflict of the spec above
+		} {
+			Expect(exprs).To(HaveKey(name))
+			r, err := prom.query(exprs[name], at)
+			Expect(err).NotTo(HaveOccurred(), name)
+			Expect(r.Result).NotTo(BeEmpty(), "%s: %s returns nothing at %v", name, exprs[name], at)
+			Expect(r.Result[0].Metric["namespace"]).To(Equal(namespace), name)
+		}
+		for name, at := range map[string]time.Time{
+			"TollgateGatewayErrors":          end, // no rule fails closed
+			"TollgateUpstreamErrorRatioHigh": end,
+			"TollgateSnapshotVersionSkew":    end,
+			"TollgateReplicaCountMismatch":   end,
+		} {
+			Expect(exprs).To(HaveKey(name))
+			r, err := prom.query(exprs[name], at)
+			Expect(err).NotTo(HaveOccurred(), name)
+			Expect(r.Result).To(BeEmpty(), "%s: %s", name, exprs[name])
+		}
+	}
+}
