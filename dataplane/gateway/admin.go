@@ -33,7 +33,8 @@ func (g *Gateway) setHealth() {
 	g.health.SetServingStatus(rls.ServiceName, st)
 }
 
-// adminMux serves metrics, probes and, opted in, pprof.
+// adminMux serves metrics, probes, /debug/explain (explain.go) and, opted
+// in, pprof.
 func (g *Gateway) adminMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{}))
@@ -45,6 +46,7 @@ func (g *Gateway) adminMux() *http.ServeMux {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	mux.HandleFunc("/debug/explain", g.explainHandler)
 	if g.opts.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

@@ -40,10 +40,11 @@ shared by every gateway replica through Redis.
 
   tollgate demo         run a local demo (Redis, upstream, gateway, sample rules)
   tollgate gateway      proxy HTTP to upstreams and enforce the limits (data plane)
-  tollgate controller   compile RateLimitRules into the rule snapshot (runs in Kubernetes)`,
+  tollgate controller   compile RateLimitRules into the rule snapshot (runs in Kubernetes)
+  tollgate explain      show what decides a tenant's requests on a route (asks a gateway)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDemoCommand(), newGatewayCommand(), newControllerCommand())
+	root.AddCommand(newDemoCommand(), newGatewayCommand(), newControllerCommand(), newExplainCommand())
 	return root
 }

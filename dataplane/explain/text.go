@@ -1,0 +1,106 @@
+package explain
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// WriteText prints r for a person (`tollgate explain`).
+func (r Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	p("tenant %s on route %s", r.Tenant, r.Route)
+	if !r.RouteKnown {
+		p("  note: route %q is not in this gateway's route table (HTTP requests never reach it; the Envoy rate limit service may)", r.Route)
+	}
+	p("")
+	rule := r.Rule
+	source := rule.Source
+	if source == "" {
+		source = "built-in default"
+	}
+	p("rule in force:  %s (tenant %s, route %s)", source, rule.Tenant, rule.Route)
+	p("  chosen by:    %s", rule.PrecedenceText)
+	p("  limit:        capacity %d, refill %d per %s, %s, failureMode %s", rule.Capacity, rule.RefillTokens, rule.RefillPeriod, rule.Mode, rule.FailureMode)
+	p("  snapshot:     version %d", r.SnapshotVersion)
+	if r.Region != "" {
+		p("  region:       %s holds %d%% of the rule", r.Region, r.RegionPercent)
+	}
+	p("  enforced here: capacity %s, refill %s/s", num(r.Capacity), num(r.RefillPerSecond))
+	p("")
+	if len(r.Buckets) > 1 {
+		p("buckets (%d shards; a request is rejected only when every shard is empty):", len(r.Buckets))
+	} else {
+		p("bucket:")
+	}
+	for _, bk := range r.Buckets {
+		p("  %s  capacity %s, refill %s/s, prefetch batch %d", bk.Key, num(bk.Capacity), num(bk.RefillPerSecond), bk.PrefetchBatch)
+		switch st := bk.Redis; {
+		case st == nil:
+			p("    no Redis (--limiter=local)")
+		case st.Error != "":
+			p("    Redis: not readable: %s", st.Error)
+		case !st.Exists:
+			p("    Redis: no state (full: %s tokens)", num(st.Tokens))
+		default:
+			p("    Redis: %s tokens now (stored %s, %v ago), expires in %v", num(st.Tokens), num(st.StoredTokens), ms(st.StoredAgoMs), ms(st.TTLMs))
+		}
+		if bk.Redis != nil {
+			node := bk.Node
+			if node == "" {
+				node = "the Redis server"
+			}
+			held := "no prefetched tokens"
+			if bk.Prefetched > 0 {
+				held = fmt.Sprintf("%d prefetched tokens (for %v more)", bk.Prefetched, ms(bk.PrefetchExpiresInMs))
+			}
+			p("    this gateway: %s; breaker of %s %s", held, node, bk.Breaker)
+			if bk.EmptyForMs > 0 {
+				p("    this gateway rejects requests of %d+ tokens without asking Redis for %v more (Redis reported the bucket empty)", bk.EmptyCost, ms(bk.EmptyForMs))
+			}
+		}
+	}
+	p("")
+	counted := "counted (from Leases, or given by --replicas)"
+	if !r.ReplicasCounted {
+		counted = "assumed (not counted yet)"
+	}
+	if r.Limiter == "redis" {
+		p("breaker:        %s", r.Breaker)
+		for _, n := range slices.Sorted(maps.Keys(r.Nodes)) {
+			name := n
+			if name == "" {
+				name = "Redis server"
+			}
+			p("  %s: %s", name, r.Nodes[n])
+		}
+	} else {
+		p("limiter:        local only (--limiter=local)")
+	}
+	p("replicas (N):   %d, %s", r.Replicas, counted)
+	lf := r.LocalFallback
+	state := "none yet (would start full)"
+	if lf.Exists {
+		state = num(lf.Tokens) + " tokens now"
+	}
+	p("local fallback: %s: %s; capacity %s (1/N), refill %s/s", lf.Key, state, num(lf.Capacity), num(lf.RefillPerSecond))
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// num prints f with at most three decimals, or three significant digits
+// when smaller (slow refill rates).
+func num(f float64) string {
+	if f != 0 && math.Abs(f) < 0.01 {
+		return strconv.FormatFloat(f, 'g', 3, 64)
+	}
+	return strconv.FormatFloat(math.Round(f*1000)/1000, 'f', -1, 64)
+}
+
+func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }

@@ -1,0 +1,74 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/tollgate-dev/tollgate/dataplane/explain"
+)
+
+// explainHandler serves GET /debug/explain?tenant=T&route=R on the admin
+// listener: what decides tenant's requests on route, read without taking a
+// token (package explain). It takes a tenant id, never an API key.
+func (g *Gateway) explainHandler(w http.ResponseWriter, r *http.Request) {
+	reply := func(status int, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(status)
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(v)
+	}
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		reply(http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed: use GET"})
+		return
+	}
+	q := r.URL.Query()
+	for name := range q {
+		if name != "tenant" && name != "route" {
+			// The value is not echoed: it could be a key.
+			reply(http.StatusBadRequest, map[string]string{"error": name + ": unknown parameter; want tenant and route (explain takes a tenant id, never an API key)"})
+			return
+		}
+	}
+	tenant, route := q.Get("tenant"), q.Get("route")
+	if err := explain.ValidateQuery(tenant, route); err != nil {
+		reply(http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	src := explain.Source{
+		Engine: g.engine, Chain: g.chain, Replicas: g.members.Replicas(),
+		ReplicasCounted: gaugeValue(g.metrics.ReplicasCounted.Write) == 1,
+	}
+	if g.redis != nil {
+		src.Redis = g.redis
+	}
+	src.Snapshot = g.store.Current()
+	if g.routes != nil {
+		src.RouteKnown = func(id string) bool {
+			for _, rt := range g.routes.Current().Routes() {
+				if rt.ID == id {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	reply(http.StatusOK, explain.Build(ctx, src, tenant, route))
+}
+
+// gaugeValue reads a gauge through its Write method.
+func gaugeValue(write func(*dto.Metric) error) float64 {
+	var m dto.Metric
+	if write(&m) != nil || m.Gauge == nil {
+		return 0
+	}
+	return m.Gauge.GetValue()
+}

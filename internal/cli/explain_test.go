@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
+
+	"github.com/tollgate-dev/tollgate/dataplane/explain"
+	"github.com/tollgate-dev/tollgate/dataplane/gateway"
+	"github.com/tollgate-dev/tollgate/dataplane/redisconf"
+	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
+)
+
+// runExplain runs `tollgate explain args...` and returns its output.
+func runExplain(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(append([]string{"explain"}, args...))
+	err := root.ExecuteContext(t.Context())
+	return out.String(), err
+}
+
+// TestExplainCommand: `tollgate explain` asks a real gateway (real
+// redis-server) and prints the rule, its precedence step, the bucket's
+// state in Redis, the breaker, N and the local fallback; -o json prints the
+// gateway's report; bad flags and a wrong address give errors naming them.
+func TestExplainCommand(t *testing.T) {
+	srv := redistest.Start(t)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	t.Cleanup(upstream.Close)
+	dir := t.TempDir()
+	routes, rules := filepath.Join(dir, "routes.yaml"), filepath.Join(dir, "rules.yaml")
+	write := func(path, content string) {
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(routes, "routes:\n  - id: list-orders\n    path: /orders\n    upstream: "+upstream.URL+"\n")
+	write(rules, `apiVersion: ratelimit.tollgate.dev/v1alpha1
+kind: RateLimitRule
+metadata: {name: acme-orders, namespace: shop}
+spec: {tenant: acme, route: list-orders, capacity: 5, refill: {tokens: 1, period: 168h}}
+`)
+	var o gateway.Options
+	o.AddFlags(pflag.NewFlagSet("test", pflag.ContinueOnError))
+	o.Listen, o.AdminListen, o.RoutesFile, o.RulesPath = "127.0.0.1:0", "127.0.0.1:0", routes, rules
+	o.Identity = gateway.IdentityHeaderIsTenant
+	o.Redis = redisconf.Options{Addrs: []string{srv.Addr()}, Mode: redisconf.ModeStandalone, PoolSize: 8, DialTimeout: 10 * time.Second}
+	o.RedisTimeout = 10 * time.Second
+	gw, err := gateway.New(o, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for deadline := time.Now().Add(10 * time.Second); !gw.Ready(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("gateway not ready")
+		}
+	}
+	req, _ := http.NewRequest("GET", "http://"+gw.Addr()+"/orders", nil)
+	req.Header.Set("X-Api-Key", "acme")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("GET /orders: %v %v", res, err)
+	}
+	res.Body.Close()
+
+	out, err := runExplain(t, "--tenant", "acme", "--route", "list-orders", "--admin", gw.AdminAddr())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"rule in force:  shop/acme-orders (tenant acme, route list-orders)",
+		"chosen by:    1 of 4: the rule for this tenant on this route",
+		"rl:{acme}:list-orders  capacity 5",
+		"Redis: 4 tokens now",
+		"breaker:        closed",
+		"replicas (N):   1, counted",
+		"local fallback: rl:{acme}:list-orders: 4 tokens now; capacity 5 (1/N)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+
+	t.Log(out)
+	out, err = runExplain(t, "--tenant", "globex", "--route", "list-orders", "--admin", "http://"+gw.AdminAddr(), "-o", "json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var r explain.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("-o json: %v\n%s", err, out)
+	}
+	if r.Rule.Precedence != 5 || r.Buckets[0].Redis == nil || r.Buckets[0].Redis.Exists {
+		t.Errorf("-o json: %+v", r)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--route", "list-orders", "--admin", gw.AdminAddr()}, "--tenant: required"},
+		{[]string{"--tenant", "acme", "--admin", gw.AdminAddr()}, "--route: required"},
+		{[]string{"--tenant", "a{b}", "--route", "list-orders", "--admin", gw.AdminAddr()}, "--tenant:"},
+		{[]string{"--tenant", "acme", "--route", "list-orders", "-o", "yaml"}, "--output"},
+		{[]string{"--tenant", "acme", "--route", "list-orders", "--admin", "127.0.0.1:1"}, "asking the gateway at 127.0.0.1:1"},
+		{[]string{"--tenant", "acme", "--route", "list-orders", "--admin", gw.Addr()}, "answered 404"},
+	} {
+		if _, err := runExplain(t, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("explain %v: error %v, want %q", c.args, err, c.want)
+		}
+	}
+}
