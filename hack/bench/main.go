@@ -180,6 +180,11 @@ func run(ctx context.Context, cfg config) (err error) {
 		return err
 	}
 	h.logf("done in %s: %s, %s", time.Since(start).Round(time.Second), h.path("report.md"), h.path("results.json"))
+	var plots []string
+	for _, p := range h.plots {
+		plots = append(plots, h.path(p))
+	}
+	fmt.Fprint(os.Stderr, summary(h.res.Targets, h.path("report.md"), plots))
 	if failed > 0 {
 		return fmt.Errorf("%d scenario(s) failed (see the report and %s)", failed, h.logDir)
 	}
