@@ -26,8 +26,9 @@ import (
 type Report struct {
 	Tenant string `json:"tenant"`
 	Route  string `json:"route"`
-	// RouteKnown is false when the route is not in this gateway's route
-	// table (the Envoy rate limit service may still use it).
+	// RouteKnown is false when this gateway proxies HTTP and the route is
+	// not in its route table (the Envoy rate limit service may still use
+	// it); always true for a rate limit service without routes.
 	RouteKnown bool `json:"routeKnown"`
 	// SnapshotVersion is the rule snapshot in force (0: none loaded, the
 	// built-in default decides everything).
@@ -144,7 +145,8 @@ type Source struct {
 	Snapshot        *snapshot.Set
 	Replicas        int
 	ReplicasCounted bool
-	RouteKnown      func(route string) bool
+	// RouteKnown tells a route of the HTTP route table; nil without one.
+	RouteKnown func(route string) bool
 }
 
 // ValidateQuery checks a tenant and a route id; the error names the field.
@@ -175,9 +177,7 @@ func Build(ctx context.Context, src Source, tenant, route string) Report {
 	if src.Snapshot != nil {
 		r.SnapshotVersion = src.Snapshot.Version()
 	}
-	if src.RouteKnown != nil {
-		r.RouteKnown = src.RouteKnown(route)
-	}
+	r.RouteKnown = src.RouteKnown == nil || src.RouteKnown(route)
 	buckets := plan.Shards
 	if len(buckets) == 0 {
 		buckets = []limiter.Bucket{plan.Bucket}

@@ -231,3 +231,33 @@ func TestExplainShardsPrefetchOutage(t *testing.T) {
 		t.Errorf("a request during the outage: %v then %v local tokens, want one less", lf.Tokens, after.Tokens)
 	}
 }
+
+// TestExplainRegion: a gateway of a region the rule gives a share shows the
+// region, its percentage and the region's own bucket key with the share's
+// capacity and rate, in Redis and in the local fallback.
+func TestExplainRegion(t *testing.T) {
+	srv := redistest.Start(t)
+	up := echoUpstream(t)
+	e := newEnv(t, up.URL, rule("split", "acme", "list-orders", 100, "refillPerSecond: 10",
+		"regions: [{name: eu, percent: 60}, {name: us, percent: 40}]"))
+	o := e.options(srv.Addr())
+	o.Region = "eu"
+	gw := start(t, o, testLogger(t))
+	if res, body := send(t, "GET", gw.url+"/orders", "acme"); res.StatusCode != 200 {
+		t.Fatalf("GET /orders: %d %s", res.StatusCode, body)
+	}
+	r := explainOf(t, gw, "acme", "list-orders")
+	if r.Region != "eu" || r.RegionPercent != 60 || r.Capacity != 60 || r.RefillPerSecond != 6 {
+		t.Fatalf("region: %+v", r)
+	}
+	b := r.Buckets[0]
+	if b.Key != "rl:{acme}:list-orders@eu" || b.Capacity != 60 || b.Redis == nil || !b.Redis.Exists || b.Redis.Tokens < 59 || b.Redis.Tokens > 60 {
+		t.Errorf("bucket %+v (Redis %+v), want the eu share with 59 to 60 tokens", b, b.Redis)
+	}
+	if lf := r.LocalFallback; lf.Key != b.Key || lf.Capacity != 60 {
+		t.Errorf("local fallback %+v, want the eu share's bucket", lf)
+	}
+	if r := explainOf(t, gw, "globex", "list-orders"); r.Region != "" || r.Buckets[0].Key != "rl:{globex}:list-orders" {
+		t.Errorf("a rule without regions: %+v", r)
+	}
+}
