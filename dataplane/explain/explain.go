@@ -1,11 +1,11 @@
 // Package explain answers "why was this tenant limited?" for one gateway:
 // the rule in force and the precedence step that chose it, the bucket keys
-// (region share, shards), each bucket's live state in Redis read without
-// modifying it, what this gateway holds (prefetched tokens, the empty-bucket
-// cache, the breaker of the key's node) and the local fallback's bucket. The
-// gateway serves it as JSON at /debug/explain on its admin listener;
-// `tollgate explain` prints it. It takes a tenant id, never an API key, and
-// its answer holds none.
+// (region share, shards), each bucket's live state in Redis read with
+// read-only commands only, what this gateway holds (prefetched tokens, the
+// empty-bucket cache, the breaker of the key's node) and the local
+// fallback's bucket. The gateway serves it as JSON at /debug/explain on its
+// admin listener; `tollgate explain` prints it. It takes a tenant id, never
+// an API key, and its answer holds none.
 package explain
 
 import (
@@ -109,6 +109,10 @@ type Bucket struct {
 
 // RedisState is a bucket as stored in Redis.
 type RedisState struct {
+	// Hash and Field are where the bucket lives: a field of a hash (all
+	// of a tenant's unsharded buckets share the hash rl:{tenant}).
+	Hash  string `json:"hash"`
+	Field string `json:"field"`
 	// Exists is false when Redis holds no state: the bucket is full (an
 	// idle bucket expires and comes back full).
 	Exists bool `json:"exists"`
@@ -118,10 +122,11 @@ type RedisState struct {
 	// StoredTokens and StoredAgoMs are the stored state and its age.
 	StoredTokens float64 `json:"storedTokens,omitempty"`
 	StoredAgoMs  int64   `json:"storedAgoMs,omitempty"`
-	// TTLMs is the key's remaining time to live (-1: none, -2: no key).
+	// TTLMs is the hash's remaining time to live (-1: none, -2: no hash);
+	// a bucket idle for longer than its full refill reads as full anyway.
 	TTLMs int64 `json:"ttlMs"`
-	// Error is set when Redis could not be read; the other fields are then
-	// zero.
+	// Error is set when Redis could not be read; the state is then
+	// unknown.
 	Error string `json:"error,omitempty"`
 }
 

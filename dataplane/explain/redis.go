@@ -2,58 +2,68 @@ package explain
 
 import (
 	"context"
-	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 )
 
-// inspect reads a bucket of lua/token_bucket.lua (a hash {tokens, ts}, ts
-// in Redis milliseconds) with its TTL and Redis's clock. It runs with
-// EVAL_RO: Redis refuses any write from it, so explaining never changes a
-// bucket. The clock is read in the script so that it is the key's node's.
-var inspect = redis.NewScript(`
-local s = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local t = redis.call('TIME')
-return {s[1], s[2], redis.call('PTTL', KEYS[1]), t[1], t[2]}
-`)
+// clock reads the TTL of the hash that holds a bucket and Redis's clock, on
+// the node that holds it (the key routes the call). It runs with EVAL_RO:
+// Redis refuses any write from it.
+var clock = redis.NewScript(`return {redis.call('PTTL', KEYS[1]), redis.call('TIME')}`)
 
 // ReadBucket returns b's state in Redis refilled to Redis's clock now,
-// without modifying it. Errors are reported in the state; they never quote
-// the key.
-func ReadBucket(ctx context.Context, c redis.Scripter, b limiter.Bucket) RedisState {
-	vals, err := inspect.RunRO(ctx, c, []string{b.Key}).Slice()
+// without modifying it: limiter.Peek reads the stored state (either
+// layout), then one read-only script the hash's TTL and the node's clock.
+// Errors are reported in the state; they never quote the key.
+func ReadBucket(ctx context.Context, c redis.UniversalClient, b limiter.Bucket) RedisState {
+	hash, field := limiter.Storage(b.Key)
+	st := RedisState{Hash: hash, Field: field, Tokens: b.Capacity}
+	stored, err := limiter.Peek(ctx, c, b.Key)
 	if err != nil {
-		return RedisState{Error: err.Error()}
+		st.Error = err.Error()
+		return st
 	}
-	if len(vals) != 5 {
-		return RedisState{Error: "unexpected reply"}
+	vals, err := clock.RunRO(ctx, c, []string{hash}).Slice()
+	if err != nil {
+		st.Error = "reading the clock: " + err.Error()
+		return st
 	}
-	num := func(v any) (float64, bool) {
-		switch x := v.(type) {
-		case string:
-			f, err := strconv.ParseFloat(x, 64)
-			return f, err == nil
-		case int64:
-			return float64(x), true
-		}
-		return 0, false
+	ttl, _ := vals[0].(int64)
+	st.TTLMs = ttl
+	if !stored.Found {
+		return st // nothing stored: a full bucket
 	}
-	ttl, _ := num(vals[2])
-	sec, _ := num(vals[3])
-	usec, _ := num(vals[4])
-	nowMs := sec*1000 + float64(int64(usec)/1000)
-	st := RedisState{TTLMs: int64(ttl), Tokens: b.Capacity}
-	tokens, ok1 := num(vals[0])
-	ts, ok2 := num(vals[1])
-	if !ok1 || !ok2 {
-		return st // no state: a full bucket
+	t, _ := vals[1].([]any)
+	if len(t) != 2 {
+		st.Error = "reading the clock: unexpected reply"
+		return st
 	}
+	sec, usec := toInt(t[0]), toInt(t[1])
+	nowMs := sec*1000 + usec/1000
 	perMs := float64(b.RefillTokens) / float64(b.RefillPeriodMs)
-	elapsed := max(0, nowMs-ts)
+	elapsed := max(0, nowMs-stored.UpdatedMs)
 	st.Exists = true
-	st.StoredTokens, st.StoredAgoMs = tokens, int64(elapsed)
-	st.Tokens = min(b.Capacity, tokens+elapsed*perMs)
+	st.StoredTokens, st.StoredAgoMs = stored.Tokens, elapsed
+	st.Tokens = min(b.Capacity, stored.Tokens+float64(elapsed)*perMs)
 	return st
+}
+
+// toInt reads an integer of a script reply (TIME's fields are strings).
+func toInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		var n int64
+		for _, c := range x {
+			if c < '0' || c > '9' {
+				return 0
+			}
+			n = n*10 + int64(c-'0')
+		}
+		return n
+	}
+	return 0
 }

@@ -47,9 +47,9 @@ func (r Report) WriteText(w io.Writer) error {
 		case st.Error != "":
 			p("    Redis: not readable: %s", st.Error)
 		case !st.Exists:
-			p("    Redis: no state (full: %s tokens)", num(st.Tokens))
+			p("    Redis: nothing stored in %s field %s (full: %s tokens)", st.Hash, st.Field, num(st.Tokens))
 		default:
-			p("    Redis: %s tokens now (stored %s, %v ago), expires in %v", num(st.Tokens), num(st.StoredTokens), ms(st.StoredAgoMs), ms(st.TTLMs))
+			p("    Redis: %s tokens now (stored %s, %v ago, in %s field %s; the hash expires in %v)", num(st.Tokens), num(st.StoredTokens), ms(st.StoredAgoMs), st.Hash, st.Field, ms(st.TTLMs))
 		}
 		if bk.Redis != nil {
 			node := bk.Node

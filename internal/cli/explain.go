@@ -32,8 +32,9 @@ requests on route R, without taking a token:
     precedence step that chose it (tenant and route, tenant and any route,
     any tenant and route, any tenant and any route, built-in default);
   - the bucket key(s): the region's share and the shards, if any;
-  - each bucket's state in Redis (tokens now, refilled to Redis's clock, and
-    its TTL), read with a read-only script that cannot modify it;
+  - each bucket's state in Redis (tokens now, refilled to Redis's clock,
+    where it is stored, and the TTL), read with read-only commands (HGET, and
+    PTTL and TIME in an EVAL_RO script) that cannot modify it;
   - the prefetched tokens this gateway holds, the breaker state of each Redis
     node, the live replica count N, and the local fallback's bucket.
 
