@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what tollgate's tests and demo need from the machine's package
-# manager: redis-server and redis-cli, and prometheus with promtool (the
-# alert rule unit tests and the dashboard test against a real Prometheus),
-# all Debian packages. With the argument
+# manager: redis-server and redis-cli, and prometheus with promtool and the
+# Redis exporter (the alert rule unit tests and the dashboard test against a
+# real Prometheus), all Debian packages. With the argument
 # "nginx" also nginx, the plain reverse proxy `make bench` measures as a
 # reference. Does nothing when they are already installed. Needs root or
 # passwordless sudo to install.
@@ -14,6 +14,7 @@ command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
   missing+=(prometheus)
 fi
+command -v prometheus-redis-exporter >/dev/null 2>&1 || missing+=(prometheus-redis-exporter)
 if [ "${1:-}" = nginx ] && [ ! -x /usr/sbin/nginx ]; then
   missing+=(nginx-light)
 fi

@@ -39,10 +39,30 @@ type promProc struct {
 	url string
 }
 
+// startRedisExporter runs the Redis exporter (Debian's
+// prometheus-redis-exporter) on the suite's Redis, for the dashboard's
+// "Redis server" row, and returns its address. Without the binary it
+// returns "" (the row is then not checked), unless CI is set.
+func startRedisExporter() (*proc, string) {
+	bin, err := exec.LookPath("prometheus-redis-exporter")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			Fail("prometheus-redis-exporter not found and CI is set: run hack/install-deps.sh")
+		}
+		GinkgoWriter.Println("prometheus-redis-exporter not found (hack/install-deps.sh installs it): the Redis server panels are not checked")
+		return nil, ""
+	}
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort())
+	p := startProc("redis-exporter", bin, "-redis.addr", "redis://"+redisSrv.addr(), "-web.listen-address", listen)
+	Eventually(func() int { return httpStatus("http://" + listen + "/metrics") }, 30*time.Second, 100*time.Millisecond).Should(Equal(200), p.logTail)
+	return p, listen
+}
+
 // startPrometheus runs prometheus on a free loopback port with its storage
-// in a temporary directory. Without the binary the spec is skipped, unless CI
-// is set.
-func startPrometheus() *promProc {
+// in a temporary directory, scraping the gateways, the controller and, when
+// redisExporter is set, the Redis exporter. Without the binary the spec is
+// skipped, unless CI is set.
+func startPrometheus(redisExporter string) *promProc {
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
 		if os.Getenv("CI") != "" {
@@ -63,6 +83,10 @@ func startPrometheus() *promProc {
 	}
 	cfg.WriteString("- job_name: tollgate-controller\n  static_configs:\n")
 	cfg.WriteString(target(controllerMetricsAddr(), "controller"))
+	if redisExporter != "" {
+		cfg.WriteString("- job_name: redis\n  static_configs:\n")
+		cfg.WriteString(target(redisExporter, "redis-exporter"))
+	}
 	config := filepath.Join(dir, "prometheus.yml")
 	Expect(os.WriteFile(config, []byte(cfg.String()), 0o644)).To(Succeed())
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort())
@@ -155,6 +179,26 @@ func (r promResult) maxValue(match map[string]string) float64 {
 	return m
 }
 
+// minValue is the smallest finite value of a result; NaN when there is
+// none.
+func (r promResult) minValue() float64 {
+	m := math.NaN()
+	for _, s := range r.Result {
+		values := s.Values
+		if s.Value != nil {
+			values = append(values, s.Value)
+		}
+		for _, v := range values {
+			str, _ := v[1].(string)
+			f, err := strconv.ParseFloat(str, 64)
+			if err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) && (math.IsNaN(m) || f < m) {
+				m = f
+			}
+		}
+	}
+	return m
+}
+
 // dashboardTarget is one query of the shipped dashboard.
 type dashboardTarget struct{ panel, expr string }
 
@@ -174,7 +218,8 @@ func dashboardTargets() []dashboardTarget {
 	for _, p := range dash.Panels {
 		for _, t := range p.Targets {
 			// Grafana's variables: this namespace, every route.
-			expr := strings.NewReplacer("$namespace", namespace, "$route", ".*", "$__rate_interval", rateInterval).Replace(t.Expr)
+			expr := strings.NewReplacer("$namespace", namespace, "$route", ".*", "$redis_job", ".*",
+				"$__rate_interval", rateInterval).Replace(t.Expr)
 			Expect(expr).NotTo(ContainSubstring("$"), "panel %q uses a variable the test does not know", p.Title)
 			out = append(out, dashboardTarget{p.Title, expr})
 		}
@@ -217,15 +262,23 @@ func dashboardAndAlerts() {
 	{
 		ctx := context.Background()
 		start := time.Now()
-		prom := startPrometheus()
+		exporter, exporterAddr := startRedisExporter()
+		if exporter != nil {
+			DeferCleanup(exporter.stop)
+		}
+		prom := startPrometheus(exporterAddr)
 		DeferCleanup(prom.stop)
+		targets := float64(len(gateways) + 1)
+		if exporter != nil {
+			targets++
+		}
 		Eventually(func() float64 {
 			r, err := prom.query("sum(up)", time.Now())
 			if err != nil {
 				return -1
 			}
 			return r.maxValue(nil)
-		}, 20*time.Second, 200*time.Millisecond).Should(Equal(float64(len(gateways)+1)), "Prometheus scrapes the gateways and the controller")
+		}, 20*time.Second, 200*time.Millisecond).Should(Equal(targets), "Prometheus scrapes the gateways, the controller and the Redis exporter")
 
 		By("driving traffic: a rule publish, 2xx, 429, 401 and a rejected route reload")
 		rule := &v1alpha1.RateLimitRule{}
@@ -298,25 +351,43 @@ func dashboardAndAlerts() {
 		end := time.Now()
 
 		By("running every dashboard query")
+		// The outage shows: these panels have a value above 0 during it
+		// (in the series whose labels match), "Redis up" a 0.
 		outage := map[string]map[string]string{
 			"Breaker open":        nil,
 			"Redis errors":        nil,
 			"Decisions by source": {"source": "local"},
 			"Breaker state":       {"state": "open"},
 		}
+		redisPanels := map[string]bool{"Redis up": true, "Redis memory": true, "Redis commands and clients": true, "Redis keys evicted and expired": true}
 		seen := map[string]bool{}
 		for _, t := range dashboardTargets() {
+			if redisPanels[t.panel] && exporter == nil {
+				continue
+			}
+			seen[t.panel] = true
 			r, err := prom.queryRange(t.expr, start, end)
 			Expect(err).NotTo(HaveOccurred(), "panel %q: %s", t.panel, t.expr)
 			Expect(math.IsNaN(r.maxValue(nil))).To(BeFalse(), "panel %q has no data: %s", t.panel, t.expr)
 			if match, ok := outage[t.panel]; ok {
-				seen[t.panel] = true
 				r, err := prom.queryRange(t.expr, outageStart, outageEnd)
 				Expect(err).NotTo(HaveOccurred())
 				Expect(r.maxValue(match)).To(BeNumerically(">", 0), "panel %q %v during the outage: %s", t.panel, match, t.expr)
 			}
+			if t.panel == "Redis up" {
+				r, err := prom.queryRange(t.expr, outageStart, outageEnd)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(r.minValue()).To(Equal(0.0), "panel %q during the outage: %s", t.panel, t.expr)
+			}
 		}
-		Expect(seen).To(HaveLen(len(outage)), "the outage panels are on the dashboard")
+		for panel := range outage {
+			Expect(seen).To(HaveKey(panel), "the outage panels are on the dashboard")
+		}
+		if exporter != nil {
+			for panel := range redisPanels {
+				Expect(seen).To(HaveKey(panel), "the Redis server panels are on the dashboard")
+			}
+		}
 
 		By("evaluating every alert rule")
 		rules := prom.alertRules()
