@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 step() { echo "== $* ($(( $(date +%s) - start ))s)"; }
 
-step "installing redis-server and prometheus"
+step "installing redis-server, prometheus (promtool) and the Redis exporter"
 bash hack/install-deps.sh
 
 step "providing envtest binaries (kube-apiserver, etcd, kubectl)"
