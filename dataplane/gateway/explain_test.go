@@ -264,3 +264,41 @@ func TestExplainRegion(t *testing.T) {
 		t.Errorf("a rule without regions: %+v", r)
 	}
 }
+
+// TestExplainCluster: in a Redis Cluster each bucket names the master that
+// holds it and that node's breaker, and its state is read from that node.
+func TestExplainCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	up := echoUpstream(t)
+	e := newEnv(t, up.URL, rule("sharded", "acme", "list-orders", 80, slow, "hotKey: {shards: 8}"))
+	o := e.options(cluster.Addrs()[0])
+	o.Redis.Mode, o.Redis.Addrs = "cluster", cluster.Addrs()
+	gw := start(t, o, testLogger(t))
+	for range 8 {
+		if res, body := send(t, "GET", gw.url+"/orders", "acme"); res.StatusCode != 200 {
+			t.Fatalf("GET /orders: %d %s", res.StatusCode, body)
+		}
+	}
+	cc := cluster.Client(t)
+	r := explainOf(t, gw, "acme", "list-orders")
+	nodes := map[string]bool{}
+	var total float64
+	for _, b := range r.Buckets {
+		master, err := cc.MasterForKey(t.Context(), b.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Node != master.Options().Addr || b.Breaker != "closed" || b.Redis == nil || b.Redis.Error != "" {
+			t.Errorf("shard %s: node %q breaker %q Redis %+v, want master %s", b.Key, b.Node, b.Breaker, b.Redis, master.Options().Addr)
+			continue
+		}
+		nodes[b.Node] = true
+		total += b.Redis.Tokens
+	}
+	if len(nodes) < 2 {
+		t.Errorf("8 shards on %d node(s), want them spread", len(nodes))
+	}
+	if math.Abs(total-72) > 0.01 {
+		t.Errorf("the shards hold %v tokens in Redis, want 80 - 8 = 72", total)
+	}
+}
