@@ -424,6 +424,9 @@ func dashboardAndAlerts() {
 			"TollgateUpstreamErrorRatioHigh": end,
 			"TollgateSnapshotVersionSkew":    end,
 			"TollgateReplicaCountMismatch":   end,
+			"TollgateReplicaCountAssumed":    end, // counted from Leases
+			"TollgateSnapshotStale":          end, // the gateways load what the controller publishes
+			"TollgatePublishFailing":         end,
 		} {
 			Expect(exprs).To(HaveKey(name))
 			r, err := prom.query(exprs[name], at)
