@@ -13,85 +13,104 @@ import (
 
 // WriteText prints r for a person (`tollgate explain`).
 func (r Report) WriteText(w io.Writer) error {
-	var b strings.Builder
-	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	p("tenant %s on route %s", r.Tenant, r.Route)
+	t := &text{}
+	t.rule(r)
+	t.buckets(r)
+	t.fallback(r)
+	_, err := io.WriteString(w, t.String())
+	return err
+}
+
+// text builds WriteText's output.
+type text struct{ strings.Builder }
+
+func (t *text) p(format string, args ...any) { fmt.Fprintf(t, format+"\n", args...) }
+
+// rule prints the rule in force and why.
+func (t *text) rule(r Report) {
+	t.p("tenant %s on route %s", r.Tenant, r.Route)
 	if !r.RouteKnown {
-		p("  note: route %q is not in this gateway's route table (HTTP requests never reach it; the Envoy rate limit service may)", r.Route)
+		t.p("  note: route %q is not in this gateway's route table (HTTP requests never reach it; the Envoy rate limit service may)", r.Route)
 	}
-	p("")
+	t.p("")
 	rule := r.Rule
 	source := rule.Source
 	if source == "" {
 		source = "built-in default"
 	}
-	p("rule in force:  %s (tenant %s, route %s)", source, rule.Tenant, rule.Route)
-	p("  chosen by:    %s", rule.PrecedenceText)
-	p("  limit:        capacity %d, refill %d per %s, %s, failureMode %s", rule.Capacity, rule.RefillTokens, rule.RefillPeriod, rule.Mode, rule.FailureMode)
-	p("  snapshot:     version %d", r.SnapshotVersion)
+	t.p("rule in force:  %s (tenant %s, route %s)", source, rule.Tenant, rule.Route)
+	t.p("  chosen by:    %s", rule.PrecedenceText)
+	t.p("  limit:        capacity %d, refill %d per %s, %s, failureMode %s", rule.Capacity, rule.RefillTokens, rule.RefillPeriod, rule.Mode, rule.FailureMode)
+	t.p("  snapshot:     version %d", r.SnapshotVersion)
 	if r.Region != "" {
-		p("  region:       %s holds %d%% of the rule", r.Region, r.RegionPercent)
+		t.p("  region:       %s holds %d%% of the rule", r.Region, r.RegionPercent)
 	}
-	p("  enforced here: capacity %s, refill %s/s", num(r.Capacity), num(r.RefillPerSecond))
-	p("")
+	t.p("  enforced here: capacity %s, refill %s/s", num(r.Capacity), num(r.RefillPerSecond))
+	t.p("")
+}
+
+// buckets prints each bucket: in Redis and held by this gateway.
+func (t *text) buckets(r Report) {
 	if len(r.Buckets) > 1 {
-		p("buckets (%d shards; a request is rejected only when every shard is empty):", len(r.Buckets))
+		t.p("buckets (%d shards; a request is rejected only when every shard is empty):", len(r.Buckets))
 	} else {
-		p("bucket:")
+		t.p("bucket:")
 	}
 	for _, bk := range r.Buckets {
-		p("  %s  capacity %s, refill %s/s, prefetch batch %d", bk.Key, num(bk.Capacity), num(bk.RefillPerSecond), bk.PrefetchBatch)
+		t.p("  %s  capacity %s, refill %s/s, prefetch batch %d", bk.Key, num(bk.Capacity), num(bk.RefillPerSecond), bk.PrefetchBatch)
 		switch st := bk.Redis; {
 		case st == nil:
-			p("    no Redis (--limiter=local)")
+			t.p("    no Redis (--limiter=local)")
+			continue
 		case st.Error != "":
-			p("    Redis: not readable: %s", st.Error)
+			t.p("    Redis: not readable: %s", st.Error)
 		case !st.Exists:
-			p("    Redis: nothing stored in %s field %s (full: %s tokens)", st.Hash, st.Field, num(st.Tokens))
+			t.p("    Redis: nothing stored in %s field %s (full: %s tokens)", st.Hash, st.Field, num(st.Tokens))
 		default:
-			p("    Redis: %s tokens now (stored %s, %v ago, in %s field %s; the hash expires in %v)", num(st.Tokens), num(st.StoredTokens), ms(st.StoredAgoMs), st.Hash, st.Field, ms(st.TTLMs))
+			t.p("    Redis: %s tokens now (stored %s, %v ago, in %s field %s; the hash expires in %v)",
+				num(st.Tokens), num(st.StoredTokens), ms(st.StoredAgoMs), st.Hash, st.Field, ms(st.TTLMs))
 		}
-		if bk.Redis != nil {
-			node := bk.Node
-			if node == "" {
-				node = "the Redis server"
-			}
-			held := "no prefetched tokens"
-			if bk.Prefetched > 0 {
-				held = fmt.Sprintf("%d prefetched tokens (for %v more)", bk.Prefetched, ms(bk.PrefetchExpiresInMs))
-			}
-			p("    this gateway: %s; breaker of %s %s", held, node, bk.Breaker)
-			if bk.EmptyForMs > 0 {
-				p("    this gateway rejects requests of %d+ tokens without asking Redis for %v more (Redis reported the bucket empty)", bk.EmptyCost, ms(bk.EmptyForMs))
-			}
+		node := bk.Node
+		if node == "" {
+			node = "the Redis server"
+		}
+		held := "no prefetched tokens"
+		if bk.Prefetched > 0 {
+			held = fmt.Sprintf("%d prefetched tokens (for %v more)", bk.Prefetched, ms(bk.PrefetchExpiresInMs))
+		}
+		t.p("    this gateway: %s; breaker of %s %s", held, node, bk.Breaker)
+		if bk.EmptyForMs > 0 {
+			t.p("    this gateway rejects requests of %d+ tokens without asking Redis for %v more (Redis reported the bucket empty)", bk.EmptyCost, ms(bk.EmptyForMs))
 		}
 	}
-	p("")
-	counted := "counted (from Leases, or given by --replicas)"
-	if !r.ReplicasCounted {
-		counted = "assumed (not counted yet)"
-	}
+	t.p("")
+}
+
+// fallback prints the breakers, N and the local fallback's bucket.
+func (t *text) fallback(r Report) {
 	if r.Limiter == "redis" {
-		p("breaker:        %s", r.Breaker)
+		t.p("breaker:        %s", r.Breaker)
 		for _, n := range slices.Sorted(maps.Keys(r.Nodes)) {
 			name := n
 			if name == "" {
 				name = "Redis server"
 			}
-			p("  %s: %s", name, r.Nodes[n])
+			t.p("  %s: %s", name, r.Nodes[n])
 		}
 	} else {
-		p("limiter:        local only (--limiter=local)")
+		t.p("limiter:        local only (--limiter=local)")
 	}
-	p("replicas (N):   %d, %s", r.Replicas, counted)
+	counted := "counted (from Leases, or given by --replicas)"
+	if !r.ReplicasCounted {
+		counted = "assumed (not counted yet)"
+	}
+	t.p("replicas (N):   %d, %s", r.Replicas, counted)
 	lf := r.LocalFallback
 	state := "none yet (would start full)"
 	if lf.Exists {
 		state = num(lf.Tokens) + " tokens now"
 	}
-	p("local fallback: %s: %s; capacity %s (1/N), refill %s/s", lf.Key, state, num(lf.Capacity), num(lf.RefillPerSecond))
-	_, err := io.WriteString(w, b.String())
-	return err
+	t.p("local fallback: %s: %s; capacity %s (1/N), refill %s/s", lf.Key, state, num(lf.Capacity), num(lf.RefillPerSecond))
 }
 
 // num prints f with at most three decimals, or three significant digits
