@@ -36,5 +36,12 @@ fi
 echo "install-deps: installing ${missing[*]}" >&2
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-# The package starts a system service on some machines; tests start their own
-# servers on free ports and do not need it.
+# The packages start system services where systemd runs (Prometheus on
+# :9090, the gateway's default admin port, which `make demo` uses; the
+# exporter on :9121). Tests start their own servers on free ports and need
+# neither: stop and disable them.
+if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+  for unit in prometheus prometheus-redis-exporter; do
+    $sudo systemctl disable --now "$unit" >/dev/null 2>&1 || true
+  done
+fi
