@@ -46,6 +46,9 @@ type CacheOptions struct {
 	// TTL is how long prefetched tokens and late grants stay usable.
 	// Default 250ms.
 	TTL time.Duration
+	// MaxWait bounds a request's wait for Redis (the chain's MaxWait); 0:
+	// the caller's context alone.
+	MaxWait time.Duration
 	// NoEmptyCache disables the empty-bucket cache (the classic design:
 	// every request asks Redis).
 	NoEmptyCache bool
@@ -101,9 +104,21 @@ func NewCache(next Taker, opts CacheOptions) *Cache {
 }
 
 // Take implements Taker. It takes cost tokens (want is set by the bucket's
-// Prefetch).
+// Prefetch). Only a request that waits for Redis is bounded by MaxWait (a
+// timer); one the Cache answers costs none.
 func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, error) {
 	sh := &c.shards[maphash.String(c.seed, b.Key)%cacheShards]
+	var cancel context.CancelFunc
+	defer func() {
+		if cancel != nil {
+			cancel()
+		}
+	}()
+	bound := func() {
+		if cancel == nil && c.opts.MaxWait > 0 {
+			ctx, cancel = context.WithTimeout(ctx, c.opts.MaxWait)
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		now := c.opts.Clock()
 		sh.mu.Lock()
@@ -125,6 +140,7 @@ func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, 
 			// look again, rather than sending a call of our own.
 			ch := e.fetching
 			sh.mu.Unlock()
+			bound()
 			select {
 			case <-ch:
 				continue
@@ -140,6 +156,7 @@ func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, 
 			e.fetching = done
 		}
 		sh.mu.Unlock()
+		bound()
 		return c.fetch(ctx, sh, b, cost, want, done)
 	}
 }

@@ -130,7 +130,9 @@ func NewChain(opts ChainOptions) *Chain {
 	})
 	// A late reply does not update the local mirror: the bucket stays
 	// Unsure (empty locally) until Redis answers a request in time.
-	c.cache = NewCache(c.breaker, CacheOptions{TTL: opts.PrefetchTTL, NoEmptyCache: !opts.EmptyBucketCache, Clock: opts.Clock})
+	c.cache = NewCache(c.breaker, CacheOptions{
+		TTL: opts.PrefetchTTL, NoEmptyCache: !opts.EmptyBucketCache, Clock: opts.Clock, MaxWait: opts.MaxWait,
+	})
 	return c
 }
 
@@ -139,9 +141,7 @@ func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Outcome, error
 	if c.cache == nil {
 		return c.local.Decide(b, cost), nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.opts.MaxWait)
-	r, err := c.cache.Take(ctx, b, cost, cost)
-	cancel()
+	r, err := c.cache.Take(ctx, b, cost, cost) // bounded by MaxWait
 	if err != nil {
 		down := errors.Is(err, ErrOpen) || redisGone(err)
 		if !down {

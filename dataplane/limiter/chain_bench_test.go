@@ -37,3 +37,21 @@ func BenchmarkChainAllow(b *testing.B) {
 	})
 	b.ReportMetric(float64(rejected.Load())/float64(b.N), "rejected/op")
 }
+
+// BenchmarkChainAllowCached: every decision answered by the Cache (buckets
+// Redis reported empty): the cost of the chain without Redis.
+func BenchmarkChainAllowCached(b *testing.B) {
+	srv := redistest.Start(b)
+	c := NewChain(ChainOptions{Client: srv.Client(b), Coalesce: true, EmptyBucketCache: true, Timeout: time.Second, MaxWait: 2 * time.Second})
+	b.Cleanup(func() { _ = c.Close() })
+	bk := Bucket{Key: Key("empty", "r"), Capacity: 1, RefillTokens: 1, RefillPeriodMs: 3600_000}
+	for range 2 {
+		_, _ = c.Allow(b.Context(), bk, 1)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, _ := c.Allow(b.Context(), bk, 1); d.Allowed {
+			b.Fatal("allowed from an empty bucket")
+		}
+	}
+}
