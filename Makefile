@@ -10,8 +10,19 @@ LOCALBIN := $(CURDIR)/bin
 CONTROLLER_GEN_VERSION ?= v0.23.0
 CONTROLLER_GEN := $(LOCALBIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 
-# Static build flags shared with the Dockerfile.
-GO_BUILD_FLAGS := -trimpath -ldflags "-s -w"
+# The release version: the VERSION file is its one source (the binary embeds
+# it, the chart's appVersion must equal it, the image tag defaults to it).
+VERSION := $(shell cat VERSION)
+# Stamped into the binary (tollgate version, tollgate_build_info). The build
+# date is the commit's date, so that a rebuild of one commit is identical.
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILD_DATE ?= $(shell git log -1 --format=%cI 2>/dev/null)
+# The image `make image` builds (and pushes with PUSH=1).
+IMG ?= ghcr.io/tollgate-dev/tollgate:$(VERSION)
+
+# Static build flags shared with the Dockerfile (which passes COMMIT and
+# BUILD_DATE as build arguments).
+GO_BUILD_FLAGS := -trimpath -ldflags "-s -w -X github.com/tollgate-dev/tollgate/internal/version.commit=$(COMMIT) -X github.com/tollgate-dev/tollgate/internal/version.buildDate=$(BUILD_DATE)"
 
 ##@ General
 

@@ -4,11 +4,20 @@
 package main
 
 import (
+	_ "embed"
 	"os"
 
 	"github.com/tollgate-dev/tollgate/internal/cli"
+	"github.com/tollgate-dev/tollgate/internal/version"
 )
 
+// release is the VERSION file: the one place the release version is written
+// (the Makefile's image tag and the chart's appVersion follow it).
+//
+//go:embed VERSION
+var release string
+
 func main() {
+	version.SetRelease(release)
 	os.Exit(cli.Execute(os.Args[1:]))
 }

@@ -19,6 +19,14 @@ var (
 		Name: "tollgate_controller_snapshot_shards",
 		Help: "Number of shard ConfigMaps in the published snapshot.",
 	})
+	snapshotFormat = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tollgate_controller_snapshot_format",
+		Help: "Format the controller writes the snapshot in (--snapshot-format; 1: placed by tenant, read by every gateway; 2: by tenant and route).",
+	})
+	buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tollgate_build_info",
+		Help: "1, labelled with the running binary's version, commit and Go version (tollgate version).",
+	}, []string{"version", "commit", "goversion"})
 	snapshotVersion = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tollgate_controller_snapshot_version",
 		Help: "Highest shard version of the published snapshot.",
@@ -46,6 +54,6 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(publishDuration, rulesByState, snapshotShards, snapshotVersion, configMapWrites, statusPatches,
+	metrics.Registry.MustRegister(buildInfo, snapshotFormat, publishDuration, rulesByState, snapshotShards, snapshotVersion, configMapWrites, statusPatches,
 		publishFailures, publishFailing, foreignConfigMaps)
 }

@@ -311,7 +311,9 @@ var _ = Describe("One tenant with very many rules", func() {
 
 		r := &SnapshotReconciler{
 			client: k8s, apiReader: k8s, recorder: &events.FakeRecorder{},
-			opts:  Options{SnapshotNamespace: snapshotNS, SnapshotName: "one-big-tenant", StatusWorkers: 1},
+			// Format 2, which the default (1, for gateways of the previous
+			// version) is not: see "Snapshot format" for what 1 does here.
+			opts:  Options{SnapshotNamespace: snapshotNS, SnapshotName: "one-big-tenant", StatusWorkers: 1, SnapshotFormat: snapshot.Format},
 			state: newPublishedState(), statusQ: newStatusQueue(), written: map[string]writtenShard{},
 		}
 		Expect(r.sync(ctx, items, &tenantPolicy{open: true})).To(Succeed())

@@ -12,6 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/internal/version"
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
 // +kubebuilder:rbac:groups=ratelimit.tollgate.dev,resources=ratelimitrules,verbs=get;list;watch
@@ -40,6 +42,18 @@ type Options struct {
 	// when its namespace's annotations allow its tenant; PolicyOpen accepts
 	// every rule.
 	NamespacePolicy string
+	// SnapshotFormat is the snapshot format written (snapshot.FormatTenant
+	// or snapshot.Format); 0 means snapshot.DefaultWriteFormat, the newest
+	// format the previous minor version's gateways read.
+	SnapshotFormat int
+}
+
+// snapshotFormat is the format to write.
+func (o *Options) snapshotFormat() int {
+	if o.SnapshotFormat == 0 {
+		return snapshot.DefaultWriteFormat
+	}
+	return o.SnapshotFormat
 }
 
 // DefaultSnapshotName is the default Options.SnapshotName.
@@ -56,6 +70,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet, defaultNamespace string) {
 		`Which namespaces may declare rules for which tenants. "labelled": a rule is accepted only if its namespace has the annotation `+
 			v1alpha1.AnnotationTenants+` listing its tenant (comma-separated, or "*" for any tenant), and a rule for tenant "*" only if the namespace has `+
 			v1alpha1.AnnotationAllowWildcardTenant+`: "true"; other rules get Accepted=False, reason TenantNotAllowed. "open": any namespace, any tenant.`)
+	fs.IntVar(&o.SnapshotFormat, "snapshot-format", snapshot.DefaultWriteFormat,
+		fmt.Sprintf("Format of the rule snapshot ConfigMaps: %d places a tenant's rules in one shard and is read by every gateway; %d spreads them by tenant and route "+
+			"(needed past about 100,000 rules of one tenant) and is read only by gateways built from 0.1.0 on. Switch to %d once every gateway reads it (docs/upgrading.md).",
+			snapshot.FormatTenant, snapshot.Format, snapshot.Format))
 }
 
 // Validate checks the options.
@@ -69,6 +87,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--status-workers must be at least 1")
 	case o.NamespacePolicy != "" && o.NamespacePolicy != PolicyLabelled && o.NamespacePolicy != PolicyOpen:
 		return fmt.Errorf("--namespace-policy must be %q or %q, not %q", PolicyLabelled, PolicyOpen, o.NamespacePolicy)
+	case o.SnapshotFormat != 0 && !snapshot.ValidFormat(o.SnapshotFormat):
+		return fmt.Errorf("--snapshot-format must be %d or %d, not %d", snapshot.FormatTenant, snapshot.Format, o.SnapshotFormat)
 	}
 	return nil
 }
@@ -80,6 +100,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
+	v := version.Get()
+	buildInfo.Reset()
+	buildInfo.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)
+	snapshotFormat.Set(float64(opts.snapshotFormat()))
 	state, queue := newPublishedState(), newStatusQueue()
 	snap := &SnapshotReconciler{
 		client:    mgr.GetClient(),

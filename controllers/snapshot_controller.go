@@ -145,6 +145,10 @@ type shardInfo struct {
 	version  int64
 	count    int
 	checksum string
+	// otherFormat: a good shard in another format than the one written. It
+	// is rewritten, but its version counts: the rewrite must get a higher
+	// one, or gateways would see the same version with other content.
+	otherFormat bool
 }
 
 // owns reports whether obj is a shard ConfigMap of this snapshot that the
@@ -182,6 +186,9 @@ func (r *SnapshotReconciler) publish(ctx context.Context, rules []snapshot.Rule)
 		}
 		info := r.verify(ctx, m)
 		existing[m.Name] = info
+		if info.otherFormat {
+			r.maxVersion = max(r.maxVersion, info.version)
+		}
 		if info.valid {
 			r.maxVersion = max(r.maxVersion, info.version)
 			if info.version > currentVersion {
@@ -238,9 +245,10 @@ func (r *SnapshotReconciler) verify(ctx context.Context, m *metav1.PartialObject
 		log.FromContext(ctx).Info("shard ConfigMap is invalid and will be rewritten", "configMap", cm.Name, "error", err.Error())
 		return info
 	}
-	if got.Format != snapshot.Format {
-		// Written by an older controller: rewritten in the current format
-		// (gateways read both).
+	if got.Format != r.opts.snapshotFormat() {
+		// Written in another format (by an older controller, or before
+		// --snapshot-format changed): rewritten in the configured one.
+		info.otherFormat, info.version = true, got.Version
 		return info
 	}
 	r.remember(cm.Name, cm.ResourceVersion, got.Checksum)
@@ -269,12 +277,13 @@ func (r *SnapshotReconciler) reportForeign(ctx context.Context, foreign []*metav
 
 // plan decides which shards to write for rules in count shards.
 func (r *SnapshotReconciler) plan(rules []snapshot.Rule, count int, existing map[string]*shardInfo) (published, []*corev1.ConfigMap, error) {
-	parts := snapshot.Partition(rules, count)
+	format := r.opts.snapshotFormat()
+	parts := snapshot.PartitionFormat(rules, count, format)
 	pub := published{count: count, versions: make([]int64, count)}
 	next := r.maxVersion + 1
 	var writes []*corev1.ConfigMap
 	for i, part := range parts {
-		sh := snapshot.NewShard(i, count, 0, part)
+		sh := snapshot.NewShardFormat(format, i, count, 0, part)
 		name := snapshot.ConfigMapName(r.opts.SnapshotName, i, count)
 		if e, ok := existing[name]; ok && e.valid && e.checksum == sh.Checksum {
 			pub.versions[i] = e.version
@@ -391,7 +400,7 @@ func (r *SnapshotReconciler) updateState(c compiled, pub published, pubErr error
 			case pubErr != nil:
 				st.PublishError = pubErr.Error()
 			default:
-				st.PublishedVersion = pub.versions[snapshot.ShardIndex(v.tenant, v.route, pub.count)]
+				st.PublishedVersion = pub.versions[snapshot.Placement(r.opts.snapshotFormat(), v.tenant, v.route, pub.count)]
 			}
 		case v.Reason == v1alpha1.ReasonConflict || v.Reason == v1alpha1.ReasonTenantNotAllowed:
 			if v.Reason == v1alpha1.ReasonConflict {

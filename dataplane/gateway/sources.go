@@ -79,9 +79,10 @@ func (g *Gateway) loadFiles() error {
 // rulesLoaded logs and records a new snapshot.
 func (g *Gateway) rulesLoaded(set *snapshot.Set) {
 	g.metrics.SnapshotVersion.Set(float64(set.Version()))
+	g.metrics.SnapshotFormat.Set(float64(set.Format()))
 	g.metrics.Rules.Set(float64(set.Len()))
 	g.metrics.SnapshotLoaded.Set(float64(time.Now().Unix()))
-	g.log.Info("rule snapshot loaded", "version", set.Version(), "rules", set.Len(), "shards", set.Count())
+	g.log.Info("rule snapshot loaded", "version", set.Version(), "rules", set.Len(), "shards", set.Count(), "format", set.Format())
 }
 
 // connectKubernetes sets up the snapshot source and replica counting in

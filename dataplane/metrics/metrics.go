@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tollgate-dev/tollgate/internal/version"
 )
 
 // Decision results, the "result" label of tollgate_gateway_decisions_total.
@@ -46,6 +48,11 @@ type Gateway struct {
 	ReplicasCounted prometheus.Gauge
 	// SnapshotVersion is the loaded rule snapshot's version.
 	SnapshotVersion prometheus.Gauge
+	// SnapshotFormat is the format of the loaded rule snapshot's shards.
+	SnapshotFormat prometheus.Gauge
+	// BuildInfo is 1, labelled with the binary's version, commit and Go
+	// version.
+	BuildInfo *prometheus.GaugeVec
 	// SnapshotLoaded is the Unix time the current snapshot was loaded.
 	SnapshotLoaded prometheus.Gauge
 	// Rules is the number of rules in the loaded snapshot.
@@ -117,6 +124,14 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 			Name: "tollgate_gateway_snapshot_version",
 			Help: "Version of the loaded rule snapshot.",
 		}),
+		SnapshotFormat: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_gateway_snapshot_format",
+			Help: "Format of the loaded rule snapshot (1: placed by tenant, 2: by tenant and route); a shard in a format this gateway does not read is refused and counted in tollgate_gateway_reload_errors_total{source=\"rules\"}.",
+		}),
+		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tollgate_build_info",
+			Help: "1, labelled with the running binary's version, commit and Go version (tollgate version).",
+		}, []string{"version", "commit", "goversion"}),
 		SnapshotLoaded: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_gateway_snapshot_loaded_timestamp_seconds",
 			Help: "Unix time the loaded rule snapshot was swapped in; time() minus this is its age.",
@@ -140,12 +155,14 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 		}, []string{"route"}),
 	}
 	reg.MustRegister(m.Decisions, m.Responses, m.RedisDuration, m.RedisErrors, m.RedisTimeout, m.Breaker, m.Replicas, m.ReplicasCounted,
-		m.SnapshotVersion, m.SnapshotLoaded, m.Rules, m.ReloadErrors, m.UpstreamDuration, m.IdentityFailures,
+		m.SnapshotVersion, m.SnapshotFormat, m.BuildInfo, m.SnapshotLoaded, m.Rules, m.ReloadErrors, m.UpstreamDuration, m.IdentityFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, s := range []string{"closed", "open", "half-open"} {
 		m.Breaker.WithLabelValues(s).Set(0)
 	}
 	m.Breaker.WithLabelValues("closed").Set(1)
+	v := version.Get()
+	m.BuildInfo.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)
 	return m
 }
 

@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tollgate-dev/tollgate/internal/version"
 )
 
 func TestDecisionCounters(t *testing.T) {
@@ -32,4 +34,29 @@ func TestDecisionCounters(t *testing.T) {
 	}
 	var none *Gateway
 	none.DecisionCounters("x", 1, func(int) string { return "redis" }).Inc(Allowed, 0) // nil: no panic
+}
+
+func TestBuildInfo(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	NewGateway(reg)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := version.Get()
+	for _, mf := range mfs {
+		if mf.GetName() != "tollgate_build_info" {
+			continue
+		}
+		labels := map[string]string{}
+		for _, l := range mf.GetMetric()[0].GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if len(mf.GetMetric()) != 1 || mf.GetMetric()[0].GetGauge().GetValue() != 1 ||
+			labels["version"] != v.Version || labels["commit"] != v.Commit || labels["goversion"] != v.GoVersion {
+			t.Errorf("tollgate_build_info = %v", mf.GetMetric())
+		}
+		return
+	}
+	t.Error("no tollgate_build_info")
 }

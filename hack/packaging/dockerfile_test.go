@@ -158,7 +158,8 @@ func TestDockerfileFlagsMatchMakefile(t *testing.T) {
 	if m == nil {
 		t.Fatal("no GO_BUILD_FLAGS in the Makefile")
 	}
-	flags := strings.TrimSpace(string(m[1]))
+	// Make's $(COMMIT) is the Dockerfile's build argument ${COMMIT}.
+	flags := regexp.MustCompile(`\$\((\w+)\)`).ReplaceAllString(strings.TrimSpace(string(m[1])), "$${$1}")
 	line := dockerBuildLine(t)
 	if !strings.Contains(line, "go build "+flags+" ") {
 		t.Errorf("Dockerfile build line %q does not use the Makefile's GO_BUILD_FLAGS %q", line, flags)
@@ -167,6 +168,13 @@ func TestDockerfileFlagsMatchMakefile(t *testing.T) {
 		t.Errorf("Dockerfile build line %q must set CGO_ENABLED=0", line)
 	}
 }
+
+// The build arguments the image binary is built with (docker build
+// --build-arg COMMIT=... BUILD_DATE=...).
+const (
+	imageCommit    = "0123456789abcdef0123456789abcdef01234567"
+	imageBuildDate = "2026-12-01T12:00:00Z"
+)
 
 var (
 	imageBinaryOnce sync.Once
@@ -196,7 +204,8 @@ func buildImageBinary(t testing.TB) (string, error) {
 	line := dockerBuildLine(t)
 	// Let a shell split and expand the line as /bin/sh in the build stage
 	// does; BuildKit's TARGETOS/TARGETARCH become the host platform.
-	env := []string{"TARGETOS=" + runtime.GOOS, "TARGETARCH=" + runtime.GOARCH}
+	env := []string{"TARGETOS=" + runtime.GOOS, "TARGETARCH=" + runtime.GOARCH,
+		"COMMIT=" + imageCommit, "BUILD_DATE=" + imageBuildDate}
 	out, err := run(root, nil, env, "bash", "-c", `eval "set -- $1"; printf '%s\0' "$@"`, "bash", line)
 	if err != nil {
 		return "", err

@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/controllers"
 	"github.com/tollgate-dev/tollgate/internal/kubeconfig"
+	"github.com/tollgate-dev/tollgate/internal/version"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -127,8 +128,9 @@ func runController(cmd *cobra.Command, o *controllerOptions) error {
 	}); err != nil {
 		return err
 	}
-	logger.Info("starting controller", "snapshotNamespace", o.ctrl.SnapshotNamespace, "snapshotName", o.ctrl.SnapshotName,
-		"watchNamespaces", o.watchNamespaces, "leaderElection", o.leaderElect)
+	logger.Info("starting controller", append(version.Get().KeysAndValues(),
+		"snapshotNamespace", o.ctrl.SnapshotNamespace, "snapshotName", o.ctrl.SnapshotName, "snapshotFormat", o.ctrl.SnapshotFormat,
+		"watchNamespaces", o.watchNamespaces, "leaderElection", o.leaderElect)...)
 	if err := mgr.Start(cmd.Context()); err != nil {
 		return fmt.Errorf("controller stopped: %w", err)
 	}

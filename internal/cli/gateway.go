@@ -4,6 +4,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tollgate-dev/tollgate/dataplane/gateway"
+	"github.com/tollgate-dev/tollgate/internal/version"
 )
 
 func newGatewayCommand() *cobra.Command {
@@ -44,6 +45,7 @@ Example (standalone):
 				return err
 			}
 			useRedisLogger(logger)
+			logger.Info("starting gateway", version.Get().KeysAndValues()...)
 			gw, err := gateway.New(opts, logger)
 			if err != nil {
 				return err

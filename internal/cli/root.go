@@ -41,10 +41,11 @@ shared by every gateway replica through Redis.
   tollgate demo         run a local demo (Redis, upstream, gateway, sample rules)
   tollgate gateway      proxy HTTP to upstreams and enforce the limits (data plane)
   tollgate controller   compile RateLimitRules into the rule snapshot (runs in Kubernetes)
-  tollgate explain      show what decides a tenant's requests on a route (asks a gateway)`,
+  tollgate explain      show what decides a tenant's requests on a route (asks a gateway)
+  tollgate version      print the version, commit, Go version and snapshot formats`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDemoCommand(), newGatewayCommand(), newControllerCommand(), newExplainCommand())
+	root.AddCommand(newDemoCommand(), newGatewayCommand(), newControllerCommand(), newExplainCommand(), newVersionCommand())
 	return root
 }

@@ -66,7 +66,7 @@ func (s *Set) Lookup(tenant, route string) *Rule {
 // get returns the rule for exactly tenant and route, from the shard that
 // holds it.
 func (s *Set) get(tenant, route string) *Rule {
-	return s.shards[placement(s.format, tenant, route, len(s.shards))].byKey[ruleKey{tenant, route}]
+	return s.shards[Placement(s.format, tenant, route, len(s.shards))].byKey[ruleKey{tenant, route}]
 }
 
 // Version is the highest shard version: the snapshot version a gateway reports
@@ -104,12 +104,17 @@ func ceilPow2(n int) int {
 	return 1 << bits.Len(uint(n-1))
 }
 
-// Partition splits rules into count shards by tenant and route (ShardIndex).
-// The result has count slices (some may be empty).
+// Partition splits rules into count shards by tenant and route (ShardIndex,
+// the newest Format). The result has count slices (some may be empty).
 func Partition(rules []Rule, count int) [][]Rule {
+	return PartitionFormat(rules, count, Format)
+}
+
+// PartitionFormat splits rules into count shards as format places them.
+func PartitionFormat(rules []Rule, count, format int) [][]Rule {
 	out := make([][]Rule, count)
 	for _, r := range rules {
-		i := ShardIndex(r.Tenant, r.Route, count)
+		i := Placement(format, r.Tenant, r.Route, count)
 		out[i] = append(out[i], r)
 	}
 	return out
@@ -144,6 +149,9 @@ func Select(shards []*Shard) (*Set, error) {
 	}
 	return best, nil
 }
+
+// Format is the format of every shard.
+func (s *Set) Format() int { return s.format }
 
 // Count is the number of shards.
 func (s *Set) Count() int { return len(s.shards) }

@@ -37,19 +37,35 @@ const (
 	DataKey = "rules.json.gz"
 )
 
-// Format is the version of the encoding the writer produces: format 2 places
-// each rule by its tenant and route (ShardIndex), so that one tenant with
-// very many rules (or tenant "*" with one rule per route) is spread over every
-// shard. Format 1 placed rules by tenant only, which put all of a tenant's
-// rules in one shard: past about 100,000 rules of one tenant (far fewer with
-// long names) that shard exceeded the size bound whatever the shard count,
-// and publishing stopped for every tenant. Readers accept both formats (a
-// snapshot written by an older controller during an upgrade) and refuse
-// others.
-const Format = 2
+// Snapshot formats. Every shard payload carries its format; a reader refuses
+// a format it does not know (the gateway keeps its last good snapshot and
+// counts the error), so a writer must not use a format its readers predate.
+const (
+	// FormatTenant (1) places the rules of a tenant in one shard (by a hash
+	// of the tenant). Past about 100,000 rules of one tenant (far fewer with
+	// long names) that shard exceeds the size bound whatever the shard count,
+	// and publishing stops for every tenant. Every gateway reads it.
+	FormatTenant = 1
+	// Format (2) is the newest format: it places each rule by its tenant and
+	// route (ShardIndex), so that one tenant with very many rules (or tenant
+	// "*" with one rule per route) is spread over every shard. Gateways
+	// before 0.1.0 (commit 6db5501) do not read it.
+	Format = 2
+)
 
-// formatTenant is the older format that placed rules by tenant only.
-const formatTenant = 1
+// DefaultWriteFormat is the format the controller writes unless told
+// otherwise (--snapshot-format): the newest format that gateways of the
+// previous minor version read, so that gateways not yet upgraded keep
+// enforcing the current rules during a rolling upgrade. It moves to Format in
+// the minor release after the one whose gateways first read Format
+// (docs/upgrading.md keeps the compatibility window).
+const DefaultWriteFormat = FormatTenant
+
+// ReadFormats are the formats this build reads, oldest first.
+func ReadFormats() []int { return []int{FormatTenant, Format} }
+
+// ValidFormat reports whether this build reads and writes format f.
+func ValidFormat(f int) bool { return f == FormatTenant || f == Format }
 
 // Size bounds of a shard.
 const (
@@ -122,7 +138,7 @@ func ShardIndex(tenant, route string, count int) int {
 	return int(h % uint32(count))
 }
 
-// tenantShardIndex is where format 1 placed the rules of tenant.
+// tenantShardIndex is where FormatTenant places the rules of tenant.
 func tenantShardIndex(tenant string, count int) int {
 	if count <= 1 {
 		return 0
@@ -138,10 +154,10 @@ func fnvString(h uint32, s string) uint32 {
 	return h
 }
 
-// placement is the index of the shard that holds tenant+route in a snapshot
+// Placement is the index of the shard that holds tenant+route in a snapshot
 // of count shards written in format.
-func placement(format int, tenant, route string, count int) int {
-	if format == formatTenant {
+func Placement(format int, tenant, route string, count int) int {
+	if format == FormatTenant {
 		return tenantShardIndex(tenant, count)
 	}
 	return ShardIndex(tenant, route, count)
@@ -174,10 +190,17 @@ func ParseConfigMapName(prefix, name string) (index, count int, ok bool) {
 	return index, count, true
 }
 
-// NewShard builds a shard from rules (which it sorts) and computes its checksum.
+// NewShard builds a shard in the newest Format from rules (which it sorts)
+// and computes its checksum.
 func NewShard(index, count int, version int64, rules []Rule) *Shard {
+	return NewShardFormat(Format, index, count, version, rules)
+}
+
+// NewShardFormat is NewShard in format (which must be ValidFormat); rules must
+// be partitioned for it (PartitionFormat).
+func NewShardFormat(format, index, count int, version int64, rules []Rule) *Shard {
 	sortRules(rules)
-	s := &Shard{Index: index, Count: count, Format: Format, Version: version, Rules: rules}
+	s := &Shard{Index: index, Count: count, Format: format, Version: version, Rules: rules}
 	s.Checksum = checksum(rules)
 	return s
 }
@@ -227,7 +250,7 @@ func (s *Shard) Get(tenant, route string) *Rule {
 // and encoding/json's reflection was most of that time.
 func (s *Shard) Encode() ([]byte, error) {
 	raw := make([]byte, 0, 64+len(s.Rules)*72)
-	raw = fmt.Appendf(raw, `{"format":%d,"index":%d,"count":%d,"version":%d,"rules":[`, Format, s.Index, s.Count, s.Version)
+	raw = fmt.Appendf(raw, `{"format":%d,"index":%d,"count":%d,"version":%d,"rules":[`, s.Format, s.Index, s.Count, s.Version)
 	for i := range s.Rules {
 		if i > 0 {
 			raw = append(raw, ',')
@@ -298,8 +321,9 @@ func Decode(data []byte) (*Shard, error) {
 	if err := dec.Decode(&p); err != nil {
 		return nil, fmt.Errorf("decoding shard JSON: %w", err)
 	}
-	if p.Format != Format && p.Format != formatTenant {
-		return nil, fmt.Errorf("shard format %d, this build reads formats %d and %d", p.Format, formatTenant, Format)
+	if !ValidFormat(p.Format) {
+		return nil, fmt.Errorf("shard format %d, this build reads formats %d and %d (written by a newer controller? upgrade the gateways first, or run the controller with --snapshot-format=%d)",
+			p.Format, FormatTenant, Format, DefaultWriteFormat)
 	}
 	if p.Count < 1 || p.Count > MaxShards || p.Count&(p.Count-1) != 0 {
 		return nil, fmt.Errorf("shard count %d is not a power of two in [1, %d]", p.Count, MaxShards)
@@ -316,7 +340,7 @@ func Decode(data []byte) (*Shard, error) {
 		if err := r.Validate(); err != nil {
 			return nil, fmt.Errorf("rule %d: %w", i, err)
 		}
-		if got := placement(p.Format, r.Tenant, r.Route, p.Count); got != p.Index {
+		if got := Placement(p.Format, r.Tenant, r.Route, p.Count); got != p.Index {
 			return nil, fmt.Errorf("rule %d (tenant %q route %q) belongs in shard %d, found in shard %d", i, r.Tenant, r.Route, got, p.Index)
 		}
 		k := ruleKey{r.Tenant, r.Route}
@@ -328,9 +352,7 @@ func Decode(data []byte) (*Shard, error) {
 	if p.Rules == nil {
 		p.Rules = []Rule{}
 	}
-	sh := NewShard(p.Index, p.Count, p.Version, p.Rules)
-	sh.Format = p.Format
-	return sh, nil
+	return NewShardFormat(p.Format, p.Index, p.Count, p.Version, p.Rules), nil
 }
 
 // FromConfigMap decodes a shard ConfigMap and checks that its annotations
