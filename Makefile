@@ -44,6 +44,18 @@ demo: ## The main job: a local demo (Redis, gateway, echo upstream, sample rules
 build: ## Build bin/tollgate (static, as in the image).
 	CGO_ENABLED=0 go build $(GO_BUILD_FLAGS) -o $(LOCALBIN)/tollgate .
 
+# The image's platform (the binary is cross-compiled; no emulation needed).
+IMAGE_OS ?= linux
+IMAGE_ARCH ?= $(shell go env GOARCH)
+IMAGE_BINARY := dist/$(IMAGE_OS)-$(IMAGE_ARCH)/tollgate
+
+.PHONY: image
+image: ## Build the image without Docker: dist/image (OCI layout), dist/tollgate-image.tar; PUSH=1 pushes IMG.
+	CGO_ENABLED=0 GOOS=$(IMAGE_OS) GOARCH=$(IMAGE_ARCH) go build $(GO_BUILD_FLAGS) -o $(IMAGE_BINARY) .
+	cd hack/image && go run . -binary $(CURDIR)/$(IMAGE_BINARY) -platform $(IMAGE_OS)/$(IMAGE_ARCH) \
+		-ref $(IMG) -version $(VERSION) -revision "$(COMMIT)" -created "$(BUILD_DATE)" \
+		-oci-layout $(CURDIR)/dist/image -tarball $(CURDIR)/dist/tollgate-image.tar $(if $(filter 1,$(PUSH)),-push)
+
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC under config/ from the Go markers.
 	$(CONTROLLER_GEN) crd paths="./api/..." output:crd:artifacts:config=config/crd/bases
