@@ -12,6 +12,7 @@ package upgrade
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -126,7 +127,7 @@ func TestRollingUpgrade(t *testing.T) {
 
 	// 1. The controller is upgraded first: the current controller, one
 	// gateway of each version.
-	ctrl := h.start("controller-current", newBin, h.controllerArgs()...)
+	ctrl := h.startController("controller-current", newBin, h.controllerArgs())
 	oldGW := h.startGateway("gateway-previous", oldBin)
 	newGW := h.startGateway("gateway-current", newBin)
 	rule("t-one", 4)
@@ -139,6 +140,11 @@ func TestRollingUpgrade(t *testing.T) {
 	if f := newGW.metric("tollgate_gateway_snapshot_format"); f != 1 {
 		t.Errorf("the current gateway loaded format %v, want 1 (the controller's default)", f)
 	}
+	if f := ctrl.metric("tollgate_controller_snapshot_format"); f != 1 {
+		t.Errorf("tollgate_controller_snapshot_format = %v, want 1", f)
+	}
+	h.loggedVersion(newGW, newBin, "starting gateway")
+	h.loggedVersion(ctrl, newBin, "starting controller")
 	// A rule added now reaches the earlier gateway too.
 	rule("t-two", 2)
 	h.waitRules(oldGW, 3)
@@ -150,7 +156,10 @@ func TestRollingUpgrade(t *testing.T) {
 	// good snapshot; the current one loads it.
 	h.stop(ctrl)
 	refusedBefore := oldGW.metric(`tollgate_gateway_reload_errors_total{source="rules"}`)
-	ctrl = h.start("controller-current-format2", newBin, append(h.controllerArgs(), "--snapshot-format=2")...)
+	ctrl = h.startController("controller-current-format2", newBin, append(h.controllerArgs(), "--snapshot-format=2"))
+	if f := ctrl.metric("tollgate_controller_snapshot_format"); f != 2 {
+		t.Errorf("tollgate_controller_snapshot_format = %v, want 2", f)
+	}
 	rule("t-three", 3)
 	h.waitRules(newGW, 4)
 	h.eventually("the earlier gateway reports refusing format 2", func() bool {
@@ -167,7 +176,7 @@ func TestRollingUpgrade(t *testing.T) {
 	// Back to the default format (what a rollback of the gateways needs):
 	// the earlier gateway catches up.
 	h.stop(ctrl)
-	ctrl = h.start("controller-current-again", newBin, h.controllerArgs()...)
+	ctrl = h.startController("controller-current-again", newBin, h.controllerArgs())
 	h.waitRules(oldGW, 4)
 	h.expectAllowed("t-three", 3, 6, oldGW, newGW)
 
@@ -175,7 +184,7 @@ func TestRollingUpgrade(t *testing.T) {
 	// rollback, or the current gateway rolled out before the controller):
 	// the current gateway reads its snapshot and follows its changes.
 	h.stop(ctrl)
-	ctrl = h.start("controller-previous", oldBin, h.controllerArgs()...)
+	ctrl = h.startController("controller-previous", oldBin, h.controllerArgs())
 	rule("t-five", 3)
 	h.waitRules(newGW, 5)
 	h.waitRules(oldGW, 5)
@@ -237,13 +246,60 @@ type proc struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	log  string
-	// Gateways: the proxy's URL and the admin /metrics URL.
+	// url: a gateway's proxy; metrics: its /metrics URL.
 	url, metrics string
 }
 
 func (h *harness) controllerArgs() []string {
 	return []string{"controller", "--kubeconfig", h.kubeconfig, "--snapshot-namespace", namespace, "--leader-elect=false",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:" + fmt.Sprint(freePort(h.t))}
+		"--metrics-bind-address", "127.0.0.1:" + fmt.Sprint(freePort(h.t)), "--health-probe-bind-address", "127.0.0.1:" + fmt.Sprint(freePort(h.t))}
+}
+
+// startController starts a controller with args (controllerArgs and more)
+// and waits until it is ready.
+func (h *harness) startController(name, bin string, args []string) *proc {
+	h.t.Helper()
+	p := h.start(name, bin, args...)
+	var probe string
+	for i, a := range args {
+		switch a {
+		case "--metrics-bind-address":
+			p.metrics = "http://" + args[i+1] + "/metrics"
+		case "--health-probe-bind-address":
+			probe = "http://" + args[i+1] + "/readyz"
+		}
+	}
+	h.eventually(name+" ready", func() bool { return status(probe) == 200 }, p)
+	return p
+}
+
+// loggedVersion checks that p logged its start line (msg) with the
+// version, commit and Go version that tollgate version prints.
+func (h *harness) loggedVersion(p *proc, bin, msg string) {
+	h.t.Helper()
+	out, err := exec.Command(bin, "version", "--output", "json").Output()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var v struct{ Version, Commit, GoVersion string }
+	if err := json.Unmarshal(out, &v); err != nil {
+		h.t.Fatal(err)
+	}
+	logs, _ := os.ReadFile(p.log)
+	for _, line := range strings.Split(string(logs), "\n") {
+		var l struct{ Msg, Version, Commit, GoVersion string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == msg {
+			if l.Version != v.Version || l.Commit != v.Commit || l.GoVersion != v.GoVersion || v.Version == "" {
+				h.t.Errorf("%s logged %s with %+v, tollgate version says %+v", p.name, msg, l, v)
+			}
+			want := fmt.Sprintf(`tollgate_build_info{commit=%q,goversion=%q,version=%q}`, v.Commit, v.GoVersion, v.Version)
+			if got := p.metric(want); got != 1 {
+				h.t.Errorf("%s: %s = %v, want 1", p.name, want, got)
+			}
+			return
+		}
+	}
+	h.t.Errorf("%s did not log %q", p.name, msg)
 }
 
 func (h *harness) start(name, bin string, args ...string) *proc {
@@ -298,8 +354,8 @@ func (h *harness) startGateway(name, bin string) *proc {
 	return p
 }
 
-// metric returns the value of one series from the gateway's /metrics (0 when
-// absent): name, or name{labels} exactly as exposed.
+// metric returns the value of one series from the process's /metrics (0
+// when absent): name, or name{labels} exactly as exposed.
 func (p *proc) metric(series string) float64 {
 	res, err := http.Get(p.metrics)
 	if err != nil {
