@@ -26,6 +26,9 @@ step "go vet"
 # they are built once.
 go vet -race ./...
 
+step "go vet hack/image (its own module: the image builder)"
+(cd hack/image && go vet ./...)
+
 step "go test -race"
 go test -race -count=1 -timeout 40m ./... "$@"
 
