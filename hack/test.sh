@@ -26,8 +26,8 @@ step "go vet"
 # they are built once.
 go vet -race ./...
 
-step "go vet hack/image (its own module: the image builder)"
-(cd hack/image && go vet ./...)
+step "hack/image (its own module: the image builder): vet and test"
+(cd hack/image && go vet ./... && go test -race -count=1 ./...)
 
 step "go test -race"
 go test -race -count=1 -timeout 40m ./... "$@"
