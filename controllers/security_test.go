@@ -318,6 +318,17 @@ var _ = Describe("One tenant with very many rules", func() {
 		}
 		Expect(r.sync(ctx, items, &tenantPolicy{open: true})).To(Succeed())
 
+		By("in format 1 (the default) the error says which flag lifts the limit")
+		r1 := &SnapshotReconciler{
+			client: k8s, apiReader: k8s, recorder: &events.FakeRecorder{},
+			opts:  Options{SnapshotNamespace: snapshotNS, SnapshotName: "one-big-tenant-format1", StatusWorkers: 1},
+			state: newPublishedState(), statusQ: newStatusQueue(), written: map[string]writtenShard{},
+		}
+		Expect(r1.sync(ctx, items, &tenantPolicy{open: true})).To(MatchError(ContainSubstring("--snapshot-format=2")))
+		st, ok := r1.state.get("uid-a")
+		Expect(ok).To(BeTrue())
+		Expect(st.PublishError).To(ContainSubstring("--snapshot-format=2"), "the rules' status says why")
+
 		var list corev1.ConfigMapList
 		Expect(k8s.List(ctx, &list, client.InNamespace(snapshotNS), client.MatchingLabels{snapshot.LabelSnapshot: "one-big-tenant"})).To(Succeed())
 		var shards []*snapshot.Shard
