@@ -72,7 +72,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet, defaultNamespace string) {
 			v1alpha1.AnnotationAllowWildcardTenant+`: "true"; other rules get Accepted=False, reason TenantNotAllowed. "open": any namespace, any tenant.`)
 	fs.IntVar(&o.SnapshotFormat, "snapshot-format", snapshot.DefaultWriteFormat,
 		fmt.Sprintf("Format of the rule snapshot ConfigMaps: %d places a tenant's rules in one shard and is read by every gateway; %d spreads them by tenant and route "+
-			"(needed past about 100,000 rules of one tenant) and is read only by gateways built from 0.1.0 on. Switch to %d once every gateway reads it (docs/upgrading.md).",
+			"(needed past about 100,000 rules of one tenant) and is read only by gateways 0.2.0 and later. Switch to %d once every gateway reads it (docs/upgrading.md).",
 			snapshot.FormatTenant, snapshot.Format, snapshot.Format))
 }
 

@@ -205,7 +205,7 @@ func (r *SnapshotReconciler) publish(ctx context.Context, rules []snapshot.Rule)
 			if count >= snapshot.MaxShards {
 				if r.opts.snapshotFormat() == snapshot.FormatTenant {
 					return published{}, fmt.Errorf("%d rules do not fit in %d shards: snapshot format %d keeps each tenant's rules in one shard, "+
-						"and a tenant has too many; once every gateway reads format %d (0.1.0 and later), run the controller with --snapshot-format=%d",
+						"and a tenant has too many; once every gateway reads format %d (0.2.0 and later), run the controller with --snapshot-format=%d",
 						len(rules), count, snapshot.FormatTenant, snapshot.Format, snapshot.Format)
 				}
 				return published{}, fmt.Errorf("%d rules do not fit in %d shards", len(rules), count)

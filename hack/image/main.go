@@ -14,8 +14,8 @@
 // `docker load` and `crane push` read (-tarball). Layers are reproducible:
 // every file carries the -created time.
 //
-//	go run . -binary ../../dist/linux-amd64/tollgate -ref registry.example/tollgate:0.1.0 \
-//	  -version 0.1.0 -revision $(git rev-parse HEAD) -created 2026-12-01T12:00:00Z \
+//	go run . -binary ../../dist/linux-amd64/tollgate -ref registry.example/tollgate:0.2.0 \
+//	  -version 0.2.0 -revision $(git rev-parse HEAD) -created 2026-12-01T12:00:00Z \
 //	  -oci-layout ../../dist/image -tarball ../../dist/tollgate-image.tar [-push]
 package main
 

@@ -25,7 +25,8 @@ func releaseVersion(t testing.TB) string {
 }
 
 // TestVersionsAgree: the chart's appVersion (and so the default image tag),
-// the Makefile's image and the binary all follow the VERSION file.
+// the kustomize image tag, the Makefile's image and the binary all follow
+// the VERSION file.
 func TestVersionsAgree(t *testing.T) {
 	want := releaseVersion(t)
 	data, err := os.ReadFile(repoPath("charts", "tollgate", "Chart.yaml"))
@@ -57,6 +58,13 @@ func TestVersionsAgree(t *testing.T) {
 		if !regexp.MustCompile(re).Match(mk) {
 			t.Errorf("the Makefile has no line matching %s", re)
 		}
+	}
+	kust, err := os.ReadFile(repoPath("config", "default", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^  newTag: ` + regexp.QuoteMeta(want) + `$`).Match(kust) {
+		t.Errorf("config/default/kustomization.yaml: the image's newTag must be VERSION %s", want)
 	}
 	// The rendered Deployments run the image of that tag.
 	out := mustTemplate(t, valueSets[0])

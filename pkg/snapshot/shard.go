@@ -49,7 +49,7 @@ const (
 	// Format (2) is the newest format: it places each rule by its tenant and
 	// route (ShardIndex), so that one tenant with very many rules (or tenant
 	// "*" with one rule per route) is spread over every shard. Gateways
-	// built before commit 6db5501 (before 0.1.0) do not read it.
+	// of 0.1 (built before commit 6db5501) do not read it.
 	Format = 2
 )
 

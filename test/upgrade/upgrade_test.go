@@ -39,8 +39,8 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 )
 
-// previousRevision is the earlier version: the parent of 6db5501, which
-// introduced snapshot format 2. Its gateways refuse format 2 shards.
+// previousRevision is the earlier version, 0.1: the parent of 6db5501,
+// which introduced snapshot format 2. Its gateways refuse format 2 shards.
 const previousRevision = "4981ae8a5f58c4df2f5a3f5b5e30056df3b762b2"
 
 const namespace = "tollgate-system"
