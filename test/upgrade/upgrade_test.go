@@ -196,6 +196,18 @@ func TestRollingUpgrade(t *testing.T) {
 	newGW2 := h.startGateway("gateway-current-2", newBin)
 	h.waitRules(newGW2, 5)
 	h.expectAllowed("t-four", 0, 2, newGW2) // spent in step 2, on the shared bucket
+
+	// 4. No 0.1 gateway left: gateways in the default, packed layout roll
+	// out while gateways in compat-0.1 still run, and they share every
+	// bucket.
+	h.stop(oldGW)
+	packedGW := h.startGateway("gateway-current-packed", newBin, "--redis-layout=packed")
+	h.waitRules(packedGW, 5)
+	h.expectAllowed("t-five", 0, 2, packedGW, newGW2) // spent in step 3
+	rule("t-six", 3)
+	h.waitRules(packedGW, 6)
+	h.waitRules(newGW, 6)
+	h.expectAllowed("t-six", 3, 6, newGW, packedGW)
 	h.stop(ctrl)
 }
 
@@ -334,7 +346,10 @@ func (h *harness) stop(p *proc) {
 	}
 }
 
-func (h *harness) startGateway(name, bin string) *proc {
+// startGateway starts a gateway of bin. Gateways of the current version run
+// with --redis-layout=compat-0.1 (what docs/upgrading.md says to set while
+// 0.1 gateways run) unless extra says otherwise.
+func (h *harness) startGateway(name, bin string, extra ...string) *proc {
 	h.t.Helper()
 	listen, admin := "127.0.0.1:"+fmt.Sprint(freePort(h.t)), "127.0.0.1:"+fmt.Sprint(freePort(h.t))
 	args := []string{"gateway", "--kubeconfig", h.kubeconfig, "--snapshot-namespace", namespace,
@@ -346,8 +361,9 @@ func (h *harness) startGateway(name, bin string) *proc {
 	if strings.Contains(bin, "current") {
 		// The earlier version took the X-Api-Key value as the tenant by
 		// default; the current one maps keys unless told so.
-		args = append(args, "--identity", "header-is-tenant")
+		args = append(args, "--identity", "header-is-tenant", "--redis-layout=compat-0.1")
 	}
+	args = append(args, extra...)
 	p := h.start(name, bin, args...)
 	p.url, p.metrics = "http://"+listen, "http://"+admin+"/metrics"
 	h.eventually(name+" ready", func() bool { return status("http://"+admin+"/readyz") == 200 }, p)
