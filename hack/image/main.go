@@ -160,19 +160,7 @@ func build(o options) (v1.Image, error) {
 	if !bytes.Contains(ca, []byte("-----BEGIN CERTIFICATE-----")) {
 		return nil, fmt.Errorf("-ca-bundle %s holds no PEM certificate", o.ca)
 	}
-	home := "/home/nonroot"
-	base, err := layer(created, []file{
-		{path: "/etc/", mode: 0o755 | os.ModeDir},
-		{path: "/etc/passwd", mode: 0o644, data: []byte(fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:nonroot:%s:/sbin/nologin\n", uid, uid, home))},
-		{path: "/etc/group", mode: 0o644, data: []byte(fmt.Sprintf("root:x:0:\nnonroot:x:%d:\n", uid))},
-		{path: "/etc/ssl/", mode: 0o755 | os.ModeDir},
-		{path: "/etc/ssl/certs/", mode: 0o755 | os.ModeDir},
-		{path: caPath, mode: 0o644, data: ca},
-		{path: "/home/", mode: 0o755 | os.ModeDir},
-		{path: home + "/", mode: 0o700 | os.ModeDir, owner: uid},
-		{path: "/root/", mode: 0o700 | os.ModeDir},
-		{path: "/tmp/", mode: 0o777 | os.ModeDir | os.ModeSticky},
-	})
+	base, err := layer(created, baseFiles(ca))
 	if err != nil {
 		return nil, err
 	}
@@ -192,6 +180,34 @@ func build(o options) (v1.Image, error) {
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = goos, arch
 	cf.Created = v1.Time{Time: created}
+	cf.Config = imageConfig(o, created)
+	cf.History = []v1.History{
+		{Created: v1.Time{Time: created}, CreatedBy: "hack/image: /etc/passwd, /etc/group (nonroot 65532), CA certificates", Comment: "base"},
+		{Created: v1.Time{Time: created}, CreatedBy: "hack/image: COPY tollgate /tollgate"},
+	}
+	return mutate.ConfigFile(img, cf)
+}
+
+// baseFiles are the base layer's files: what distroless/static:nonroot
+// provides that the binary needs.
+func baseFiles(ca []byte) []file {
+	home := "/home/nonroot"
+	return []file{
+		{path: "/etc/", mode: 0o755 | os.ModeDir},
+		{path: "/etc/passwd", mode: 0o644, data: []byte(fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:nonroot:%s:/sbin/nologin\n", uid, uid, home))},
+		{path: "/etc/group", mode: 0o644, data: []byte(fmt.Sprintf("root:x:0:\nnonroot:x:%d:\n", uid))},
+		{path: "/etc/ssl/", mode: 0o755 | os.ModeDir},
+		{path: "/etc/ssl/certs/", mode: 0o755 | os.ModeDir},
+		{path: caPath, mode: 0o644, data: ca},
+		{path: "/home/", mode: 0o755 | os.ModeDir},
+		{path: home + "/", mode: 0o700 | os.ModeDir, owner: uid},
+		{path: "/root/", mode: 0o700 | os.ModeDir},
+		{path: "/tmp/", mode: 0o777 | os.ModeDir | os.ModeSticky},
+	}
+}
+
+// imageConfig is the image's run configuration, as the Dockerfile sets it.
+func imageConfig(o options, created time.Time) v1.Config {
 	exposed := map[string]struct{}{}
 	for _, p := range ports {
 		exposed[p] = struct{}{}
@@ -206,7 +222,7 @@ func build(o options) (v1.Image, error) {
 	if o.revision != "" {
 		labels["org.opencontainers.image.revision"] = o.revision
 	}
-	cf.Config = v1.Config{
+	return v1.Config{
 		Entrypoint: []string{binaryPath},
 		User:       strconv.Itoa(uid) + ":" + strconv.Itoa(uid),
 		WorkingDir: "/",
@@ -215,11 +231,6 @@ func build(o options) (v1.Image, error) {
 		ExposedPorts: exposed,
 		Labels:       labels,
 	}
-	cf.History = []v1.History{
-		{Created: v1.Time{Time: created}, CreatedBy: "hack/image: /etc/passwd, /etc/group (nonroot 65532), CA certificates", Comment: "base"},
-		{Created: v1.Time{Time: created}, CreatedBy: "hack/image: COPY tollgate /tollgate"},
-	}
-	return mutate.ConfigFile(img, cf)
 }
 
 // file is one entry of a layer; directory paths end in "/".
