@@ -314,7 +314,7 @@ var _ = Describe("One tenant with very many rules", func() {
 			opts:  Options{SnapshotNamespace: snapshotNS, SnapshotName: "one-big-tenant", StatusWorkers: 1},
 			state: newPublishedState(), statusQ: newStatusQueue(), written: map[string]writtenShard{},
 		}
-		Expect(r.sync(ctx, items, &tenantPolicy{open: true})).To(Succeed())
+		Expect(r.sync(ctx, items, &tenantPolicy{open: true}, nil)).To(Succeed())
 
 		var list corev1.ConfigMapList
 		Expect(k8s.List(ctx, &list, client.InNamespace(snapshotNS), client.MatchingLabels{snapshot.LabelSnapshot: "one-big-tenant"})).To(Succeed())

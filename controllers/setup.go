@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/pkg/routetable"
 )
 
 // +kubebuilder:rbac:groups=ratelimit.tollgate.dev,resources=ratelimitrules,verbs=get;list;watch
@@ -40,6 +41,21 @@ type Options struct {
 	// when its namespace's annotations allow its tenant; PolicyOpen accepts
 	// every rule.
 	NamespacePolicy string
+
+	// GatewayAPI enables Gateway API mode: the controller serves the
+	// GatewayClasses whose controllerName is ControllerName, compiles the
+	// HTTPRoutes attached to their Gateways into the route table ConfigMap
+	// RouteTableName, and resolves RateLimitRules' spec.targetRef.
+	GatewayAPI bool
+	// GatewayPort is the port on which the gateway Service serves HTTP:
+	// the only listener port Gateways may use. Default 80.
+	GatewayPort int32
+	// GatewayService names the gateway Service in SnapshotNamespace whose
+	// addresses Gateways report. Default tollgate-gateway.
+	GatewayService string
+	// RouteTableName names the route table ConfigMap in SnapshotNamespace.
+	// Default routetable.DefaultName.
+	RouteTableName string
 }
 
 // DefaultSnapshotName is the default Options.SnapshotName.
@@ -56,6 +72,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet, defaultNamespace string) {
 		`Which namespaces may declare rules for which tenants. "labelled": a rule is accepted only if its namespace has the annotation `+
 			v1alpha1.AnnotationTenants+` listing its tenant (comma-separated, or "*" for any tenant), and a rule for tenant "*" only if the namespace has `+
 			v1alpha1.AnnotationAllowWildcardTenant+`: "true"; other rules get Accepted=False, reason TenantNotAllowed. "open": any namespace, any tenant.`)
+	fs.BoolVar(&o.GatewayAPI, "gateway-api", false,
+		"Gateway API mode (the Gateway API CRDs must be installed): serve GatewayClasses with controllerName "+ControllerName+
+			", compile the HTTPRoutes attached to their Gateways into the route table ConfigMap that gateways started with --gateway-api load, "+
+			"and resolve RateLimitRules' spec.targetRef.")
+	fs.Int32Var(&o.GatewayPort, "gateway-port", 80, "With --gateway-api: the port on which the gateway Service serves HTTP, the only listener port Gateways may use.")
+	fs.StringVar(&o.GatewayService, "gateway-service", "tollgate-gateway", "With --gateway-api: the gateway Service (in --snapshot-namespace) whose addresses Gateways report.")
+	fs.StringVar(&o.RouteTableName, "route-table", routetable.DefaultName, "With --gateway-api: name of the route table ConfigMap written to --snapshot-namespace.")
 }
 
 // Validate checks the options.
@@ -67,16 +90,31 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--snapshot-name must be 1 to 200 characters")
 	case o.StatusWorkers < 1:
 		return fmt.Errorf("--status-workers must be at least 1")
+	case o.GatewayAPI && (o.GatewayPort < 1 || o.GatewayPort > 65535):
+		return fmt.Errorf("--gateway-port must be in [1, 65535]")
+	case o.GatewayAPI && (o.GatewayService == "" || o.RouteTableName == ""):
+		return fmt.Errorf("--gateway-service and --route-table must not be empty with --gateway-api")
 	case o.NamespacePolicy != "" && o.NamespacePolicy != PolicyLabelled && o.NamespacePolicy != PolicyOpen:
 		return fmt.Errorf("--namespace-policy must be %q or %q, not %q", PolicyLabelled, PolicyOpen, o.NamespacePolicy)
 	}
 	return nil
 }
 
-// Setup adds both reconcilers to mgr. The manager's cache must include
+// Setup adds the reconcilers to mgr (the Gateway API one with
+// opts.GatewayAPI; the scheme must then include sigs.k8s.io/gateway-api's v1
+// types). The manager's cache must include
 // RateLimitRules and the snapshot namespace's ConfigMaps, and with the
 // labelled namespace policy it watches Namespaces' metadata.
 func Setup(mgr ctrl.Manager, opts Options) error {
+	if opts.GatewayPort == 0 {
+		opts.GatewayPort = 80
+	}
+	if opts.GatewayService == "" {
+		opts.GatewayService = "tollgate-gateway"
+	}
+	if opts.RouteTableName == "" {
+		opts.RouteTableName = routetable.DefaultName
+	}
 	if err := opts.Validate(); err != nil {
 		return err
 	}
@@ -92,6 +130,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if err := snap.setupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the snapshot controller: %w", err)
+	}
+	if opts.GatewayAPI {
+		gw := &GatewayAPIReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), opts: opts}
+		if err := gw.setupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the Gateway API controller: %w", err)
+		}
 	}
 	status := &StatusReconciler{
 		client:      mgr.GetClient(),
