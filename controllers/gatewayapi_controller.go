@@ -268,11 +268,13 @@ func (r *GatewayAPIReconciler) writeRoute(ctx context.Context, rt *gwv1.HTTPRout
 	}
 	if v != nil {
 		for _, p := range v.parents {
-			for _, cur := range rt.Status.Parents {
-				if cur.ControllerName == ControllerName && apiequality.Semantic.DeepEqual(cur.ParentRef, p.ParentRef) {
-					p.Conditions = setConditions(cur.Conditions, p.Conditions)
+			var cur []metav1.Condition
+			for _, c := range rt.Status.Parents {
+				if c.ControllerName == ControllerName && apiequality.Semantic.DeepEqual(c.ParentRef, p.ParentRef) {
+					cur = c.Conditions
 				}
 			}
+			p.Conditions = setConditions(cur, p.Conditions)
 			parents = append(parents, p)
 		}
 	}
