@@ -106,7 +106,19 @@ func (r *GatewayAPIReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 	if pubErr != nil {
 		errs = append(errs, pubErr)
 	}
-	if len(errs) > 0 {
+	conflicts := 0
+	for _, err := range errs {
+		if apierrors.IsConflict(err) {
+			conflicts++
+		}
+	}
+	switch {
+	case len(errs) > 0 && conflicts == len(errs):
+		// The cache had not yet seen an object's latest version (often our
+		// own previous status write): try again soon, without the growing
+		// backoff of failures.
+		return reconcile.Result{RequeueAfter: 200 * time.Millisecond}, nil
+	case len(errs) > 0:
 		return reconcile.Result{}, fmt.Errorf("%d Gateway API writes failed, first: %w", len(errs), errs[0])
 	}
 	// The gateway Service's addresses are read, not watched.

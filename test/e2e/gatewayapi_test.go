@@ -113,6 +113,10 @@ func echoServer(ip, name string) int32 {
 	Expect(err).NotTo(HaveOccurred())
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
+		// The request headers come back as Echo-<name> response headers.
+		for k, v := range r.Header {
+			w.Header()["Echo-"+k] = v
+		}
 		fmt.Fprintf(w, "%s %s %s", name, r.Host, r.URL.Path)
 	})}
 	go func() { _ = srv.Serve(ln) }()
@@ -123,8 +127,13 @@ func echoServer(ip, name string) int32 {
 // echoSlice is an EndpointSlice of the echo Service with one endpoint,
 // ip:port (each echo server has a slice of its own, as their ports differ).
 func echoSlice(name, ip string, port int32, ready bool) *discoveryv1.EndpointSlice {
+	return serviceSlice(gwNS, "echo", name, ip, port, ready)
+}
+
+// serviceSlice is an EndpointSlice of Service ns/svc with one endpoint.
+func serviceSlice(ns, svc, name, ip string, port int32, ready bool) *discoveryv1.EndpointSlice {
 	return &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: gwNS, Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: "echo"}},
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: kptr.To("http"), Port: kptr.To(port), Protocol: kptr.To(corev1.ProtocolTCP)}},
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: kptr.To(ready)}}},
@@ -136,19 +145,110 @@ type gwResult struct {
 	body       string
 	retryAfter string
 	limit      string
+	header     http.Header
 }
 
-func sendHost(gw *gatewayProc, host, path, key string) gwResult {
+// noRedirects lets a spec see a redirect's answer.
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+func sendHost(gw *gatewayProc, host, path, key string, headers ...string) gwResult {
 	req, err := http.NewRequest("GET", gw.url+path, nil)
 	Expect(err).NotTo(HaveOccurred())
 	req.Host = host
 	req.Header.Set("X-Api-Key", key)
-	res, err := http.DefaultClient.Do(req)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	res, err := noRedirects.Do(req)
 	Expect(err).NotTo(HaveOccurred())
 	b, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	return gwResult{res.StatusCode, string(b), res.Header.Get("Retry-After"), res.Header.Get("X-RateLimit-Limit")}
+	return gwResult{res.StatusCode, string(b), res.Header.Get("Retry-After"), res.Header.Get("X-RateLimit-Limit"), res.Header}
 }
+
+// parentCondition is the condition t of rt's first parent status.
+func parentCondition(ctx context.Context, name, t string) string {
+	var rt gwv1.HTTPRoute
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: gwNS, Name: name}, &rt); err != nil || len(rt.Status.Parents) == 0 {
+		return "<none>"
+	}
+	return condition(rt.Status.Parents[0].Conditions, t)
+}
+
+func parentMessage(ctx context.Context, name, t string) string {
+	var rt gwv1.HTTPRoute
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: gwNS, Name: name}, &rt); err != nil || len(rt.Status.Parents) == 0 {
+		return ""
+	}
+	if c := meta.FindStatusCondition(rt.Status.Parents[0].Conditions, t); c != nil {
+		return c.Message
+	}
+	return ""
+}
+
+func applyYAML(name, yaml string) {
+	path := filepath.Join(workDir, name+".yaml")
+	Expect(os.WriteFile(path, []byte(yaml), 0o644)).To(Succeed())
+	out, err := kubectl("apply", "-f", path)
+	Expect(err).NotTo(HaveOccurred(), out)
+}
+
+// featuresRoute exercises filters and a weighted split; rule "late" is
+// added by an edit.
+const featuresRoute = `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: features
+  namespace: shop
+spec:
+  parentRefs:
+  - name: shop-gateway
+  hostnames:
+  - features.example.com
+  rules:
+  - name: split
+    matches:
+    - path: {type: PathPrefix, value: /split}
+    backendRefs:
+    - {name: blue, port: 8080, weight: 3}
+    - {name: green, port: 8080, weight: 1}
+  - name: headers
+    matches:
+    - path: {type: PathPrefix, value: /headers}
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        set: [{name: X-Env, value: test}]
+        add: [{name: X-Added, value: "1"}]
+        remove: [X-Remove]
+    backendRefs:
+    - {name: blue, port: 8080}
+  - name: rewrite
+    matches:
+    - path: {type: PathPrefix, value: /old}
+    filters:
+    - type: URLRewrite
+      urlRewrite:
+        hostname: rewritten.example.com
+        path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}
+    backendRefs:
+    - {name: blue, port: 8080}
+  - name: full
+    matches:
+    - path: {type: Exact, value: /full}
+    filters:
+    - type: URLRewrite
+      urlRewrite:
+        path: {type: ReplaceFullPath, replaceFullPath: /replaced}
+    backendRefs:
+    - {name: green, port: 8080}
+  - name: redirect
+    matches:
+    - path: {type: PathPrefix, value: /go}
+    filters:
+    - type: RequestRedirect
+      requestRedirect: {scheme: https, hostname: secure.example.com, statusCode: 301}
+`
 
 func condition(conds []metav1.Condition, t string) string {
 	c := meta.FindStatusCondition(conds, t)
@@ -172,6 +272,13 @@ var _ = Describe("Gateway API", Ordered, Label("e2e"), func() {
 		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gwNS, Annotations: map[string]string{
 			v1alpha1.AnnotationTenants: "*",
 		}}})).To(Succeed())
+		// blue and green in the route's namespace, remote in another one.
+		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "backends"}})).To(Succeed())
+		for _, b := range [][2]string{{gwNS, "blue"}, {gwNS, "green"}, {"backends", "remote"}} {
+			Expect(k8s.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: b[0], Name: b[1]},
+				Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 8080}}}})).To(Succeed())
+			Expect(k8s.Create(ctx, serviceSlice(b[0], b[1], b[1]+"-1", ip, echoServer(ip, b[1]), true))).To(Succeed())
+		}
 		// The chart's gateway Service; the controller reports its address.
 		Expect(k8s.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "tollgate-gateway"},
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}})).To(Succeed())
@@ -290,14 +397,154 @@ var _ = Describe("Gateway API", Ordered, Label("e2e"), func() {
 		}
 		Eventually(seen, 10*time.Second, 50*time.Millisecond).Should(Equal(map[string]int{"echo-3": 15}))
 		By("no ready endpoint left: 503")
-		Expect(k8s.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, client.InNamespace(gwNS))).To(Succeed())
+		Expect(k8s.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, client.InNamespace(gwNS),
+			client.MatchingLabels{discoveryv1.LabelServiceName: "echo"})).To(Succeed())
 		Eventually(seen, 10*time.Second, 50*time.Millisecond).Should(Equal(map[string]int{"503": 15}))
+	})
+
+	It("applies RequestHeaderModifier, URLRewrite and RequestRedirect, and splits traffic by weight", func() {
+		// A generous limit for the tenant of this spec, on the whole route.
+		applyYAML("bulk", `apiVersion: ratelimit.tollgate.dev/v1alpha1
+kind: RateLimitRule
+metadata: {name: bulk, namespace: shop}
+spec:
+  tenant: bulk
+  targetRef: {group: gateway.networking.k8s.io, kind: HTTPRoute, name: features}
+  capacity: 1000000
+  refillPerSecond: 1000000
+`)
+		applyYAML("features", featuresRoute)
+		Eventually(func() string { return sendHost(gw, "features.example.com", "/split", "bulk").limit }, 10*time.Second, 50*time.Millisecond).Should(Equal("1000000"))
+		Eventually(func() string { return parentCondition(ctx, "features", "Accepted") }, 10*time.Second, 50*time.Millisecond).Should(Equal("True/Accepted"))
+
+		By("weights 3:1 over 2,000 requests: blue gets 75 % ± 5 %")
+		blue := 0
+		for range 2000 {
+			r := sendHost(gw, "features.example.com", "/split/x", "bulk")
+			Expect(r.status).To(Equal(200))
+			if strings.HasPrefix(r.body, "blue ") {
+				blue++
+			}
+		}
+		fmt.Fprintf(GinkgoWriter, "weighted split: blue %d of 2000\n", blue)
+		Expect(blue).To(BeNumerically("~", 1500, 100))
+
+		By("RequestHeaderModifier: set, add, remove")
+		r := sendHost(gw, "features.example.com", "/headers", "bulk", "X-Env", "prod", "X-Remove", "yes", "X-Added", "0")
+		Expect(r.status).To(Equal(200))
+		Expect(r.header.Values("Echo-X-Env")).To(Equal([]string{"test"}))
+		Expect(r.header.Values("Echo-X-Added")).To(Equal([]string{"0", "1"}))
+		Expect(r.header.Values("Echo-X-Remove")).To(BeEmpty())
+
+		By("URLRewrite: hostname and ReplacePrefixMatch, ReplaceFullPath")
+		Expect(sendHost(gw, "features.example.com", "/old/x/y", "bulk").body).To(Equal("blue rewritten.example.com /new/x/y"))
+		Expect(sendHost(gw, "features.example.com", "/old", "bulk").body).To(Equal("blue rewritten.example.com /new"))
+		Expect(sendHost(gw, "features.example.com", "/full", "bulk").body).To(Equal("green features.example.com /replaced"))
+
+		By("RequestRedirect")
+		r = sendHost(gw, "features.example.com", "/go/x?q=1", "bulk")
+		Expect(r.status).To(Equal(301))
+		Expect(r.header.Get("Location")).To(Equal("https://secure.example.com/go/x?q=1"))
+	})
+
+	It("propagates a live route edit (time measured)", func() {
+		start := time.Now()
+		out, err := kubectl("patch", "httproute", "features", "-n", gwNS, "--type", "json", "-p",
+			`[{"op":"add","path":"/spec/rules/-","value":{"name":"late","matches":[{"path":{"type":"PathPrefix","value":"/late"}}],"backendRefs":[{"name":"green","port":8080}]}}]`)
+		Expect(err).NotTo(HaveOccurred(), out)
+		Eventually(func() int { return sendHost(gw, "features.example.com", "/late", "bulk").status }, 10*time.Second, 10*time.Millisecond).Should(Equal(200),
+			func() string { return controller.logTail() })
+		elapsed := time.Since(start)
+		AddReportEntry("HTTPRoute edit to traffic", elapsed.String())
+		fmt.Fprintf(GinkgoWriter, "route edit propagated in %v (kubectl patch included)\n", elapsed)
+	})
+
+	It("refuses a cross-namespace backend until a ReferenceGrant allows it", func() {
+		applyYAML("cross", `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: cross, namespace: shop}
+spec:
+  parentRefs: [{name: shop-gateway}]
+  hostnames: [cross.example.com]
+  rules:
+  - backendRefs: [{name: remote, namespace: backends, port: 8080}]
+`)
+		Eventually(func() string { return parentCondition(ctx, "cross", "ResolvedRefs") }, 10*time.Second, 50*time.Millisecond).Should(Equal("False/RefNotPermitted"))
+		Eventually(func() string { return parentCondition(ctx, "cross", "Accepted") }, 10*time.Second, 50*time.Millisecond).Should(Equal("True/Accepted"))
+		Eventually(func() int { return sendHost(gw, "cross.example.com", "/", "bulk").status }, 10*time.Second, 50*time.Millisecond).Should(Equal(500))
+
+		applyYAML("grant", `apiVersion: gateway.networking.k8s.io/v1
+kind: ReferenceGrant
+metadata: {name: shop-routes, namespace: backends}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: shop}]
+  to: [{group: "", kind: Service, name: remote}]
+`)
+		Eventually(func() string { return parentCondition(ctx, "cross", "ResolvedRefs") }, 10*time.Second, 50*time.Millisecond).Should(Equal("True/ResolvedRefs"))
+		Eventually(func() string { return sendHost(gw, "cross.example.com", "/x", "bulk").body }, 10*time.Second, 50*time.Millisecond).Should(Equal("remote cross.example.com /x"))
+	})
+
+	It("reports invalid routes and unresolved backends, and keeps serving the other routes", func() {
+		applyYAML("bad", `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: bad, namespace: shop}
+spec:
+  parentRefs: [{name: shop-gateway}]
+  hostnames: [bad.example.com]
+  rules:
+  - matches: [{path: {type: RegularExpression, value: "/b.*"}}]
+    backendRefs: [{name: blue, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: ghost, namespace: shop}
+spec:
+  parentRefs: [{name: shop-gateway}]
+  hostnames: [ghost.example.com]
+  rules:
+  - backendRefs: [{name: nowhere, port: 8080}]
+`)
+		Eventually(func() string { return parentCondition(ctx, "bad", "Accepted") }, 10*time.Second, 50*time.Millisecond).Should(Equal("False/UnsupportedValue"))
+		Expect(parentMessage(ctx, "bad", "Accepted")).To(ContainSubstring("spec.rules[0].matches[0].path.type RegularExpression is not supported"))
+		Eventually(func() string { return parentCondition(ctx, "ghost", "ResolvedRefs") }, 10*time.Second, 50*time.Millisecond).Should(Equal("False/BackendNotFound"))
+		Eventually(func() int { return sendHost(gw, "ghost.example.com", "/", "bulk").status }, 10*time.Second, 50*time.Millisecond).Should(Equal(500))
+		Expect(sendHost(gw, "bad.example.com", "/b", "bulk").status).To(Equal(404))
+		Expect(sendHost(gw, "features.example.com", "/full", "bulk").status).To(Equal(200))
+		// orders, features, cross and ghost are attached; bad is not.
+		Eventually(func() int32 {
+			var gwo gwv1.Gateway
+			Expect(k8s.Get(ctx, types.NamespacedName{Namespace: gwNS, Name: "shop-gateway"}, &gwo)).To(Succeed())
+			return gwo.Status.Listeners[0].AttachedRoutes
+		}, 10*time.Second, 50*time.Millisecond).Should(BeEquivalentTo(4))
+	})
+
+	It("refuses an invalid targetRef at apply time, naming the field", func() {
+		for i, c := range []struct{ fields, want string }{
+			{"targetRef: {group: gateway.networking.k8s.io, kind: Service, name: orders}", `spec.targetRef.kind: Unsupported value: "Service"`},
+			{"route: orders\n  targetRef: {group: gateway.networking.k8s.io, kind: HTTPRoute, name: orders}", "exactly one of spec.route and spec.targetRef must be set"},
+			{"tenant2: x", "exactly one of spec.route and spec.targetRef must be set"},
+		} {
+			path := filepath.Join(workDir, fmt.Sprintf("bad-rule-%d.yaml", i))
+			Expect(os.WriteFile(path, []byte(`apiVersion: ratelimit.tollgate.dev/v1alpha1
+kind: RateLimitRule
+metadata: {name: bad, namespace: shop}
+spec:
+  tenant: shop-a
+  `+c.fields+`
+  capacity: 1
+  refillPerSecond: 1
+`), 0o644)).To(Succeed())
+			out, err := kubectl("apply", "--validate=false", "-f", path)
+			Expect(err).To(HaveOccurred(), c.fields)
+			Expect(out).To(ContainSubstring(c.want), c.fields)
+		}
 	})
 
 	It("answers 404 once the route is deleted", func() {
 		out, err := kubectl("delete", "httproute", "orders", "-n", gwNS)
 		Expect(err).NotTo(HaveOccurred(), out)
 		Eventually(func() int { return sendHost(gw, "shop.example.com", "/orders/1", "shop-b").status }, 10*time.Second, 50*time.Millisecond).Should(Equal(404))
+		Expect(sendHost(gw, "features.example.com", "/full", "bulk").status).To(Equal(200))
 		Eventually(func(g Gomega) {
 			var rule v1alpha1.RateLimitRule
 			g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: gwNS, Name: "shop-a-orders"}, &rule)).To(Succeed())
