@@ -291,9 +291,10 @@ func TestRenderedArgsAcceptedByBinary(t *testing.T) {
 	bin := imageBinary(t)
 	type roles struct{ controller, gateway string }
 	names := map[string]roles{
-		"kustomize":     {"tollgate-controller", "tollgate-gateway"},
-		"chart-default": {"tollgate-controller", "tollgate-gateway"},
-		"chart-full":    {"edge-tollgate-controller", "edge-tollgate-gateway"},
+		"kustomize":        {"tollgate-controller", "tollgate-gateway"},
+		"chart-default":    {"tollgate-controller", "tollgate-gateway"},
+		"chart-full":       {"edge-tollgate-controller", "edge-tollgate-gateway"},
+		"chart-gatewayapi": {"gw-tollgate-controller", "gw-tollgate-gateway"},
 	}
 	for name, objs := range renders(t) {
 		t.Run(name, func(t *testing.T) {
@@ -316,7 +317,20 @@ func TestRenderedArgsAcceptedByBinary(t *testing.T) {
 					t.Errorf("--%s: controller %q, gateway %q", f, c, g)
 				}
 			}
-			if _, ok := flagValue(gw, "routes"); !ok {
+			if name == "chart-gatewayapi" {
+				// Routes come from HTTPRoutes: both run in Gateway API mode
+				// and agree on the route table.
+				for _, args := range [][]string{ctrl, gw} {
+					if !slices.Contains(args, "--gateway-api") {
+						t.Errorf("%s has no --gateway-api", args[0])
+					}
+				}
+				c, _ := flagValue(ctrl, "route-table")
+				g, _ := flagValue(gw, "route-table")
+				if c == "" || c != g {
+					t.Errorf("--route-table: controller %q, gateway %q", c, g)
+				}
+			} else if _, ok := flagValue(gw, "routes"); !ok {
 				t.Error("the gateway has no --routes")
 			}
 		})
@@ -327,9 +341,10 @@ func TestRenderedArgsAcceptedByBinary(t *testing.T) {
 // gateway's own parser.
 func TestRoutesConfigMapParses(t *testing.T) {
 	cms := map[string]string{
-		"kustomize":     "tollgate-gateway-routes",
-		"chart-default": "tollgate-routes",
-		"chart-full":    "edge-tollgate-routes",
+		"kustomize":        "tollgate-gateway-routes",
+		"chart-default":    "tollgate-routes",
+		"chart-full":       "edge-tollgate-routes",
+		"chart-gatewayapi": "gw-tollgate-routes",
 	}
 	for name, objs := range renders(t) {
 		cm := find(objs, "ConfigMap", cms[name])
@@ -398,7 +413,7 @@ func TestChartRBACMatchesConfig(t *testing.T) {
 	gatewayRole := readObjects(t, "config", "rbac", "gateway_role.yaml")
 	for _, v := range valueSets {
 		objs := decode(t, mustTemplate(t, v))
-		fullname := map[string]string{"default": "tollgate", "full": "edge-tollgate", "gatewayapi": "tollgate"}[v.name]
+		fullname := map[string]string{"default": "tollgate", "full": "edge-tollgate", "gatewayapi": "gw-tollgate"}[v.name]
 		gatewayAPI := v.name == "gatewayapi"
 		for _, pair := range []struct {
 			kind, config, chart string
