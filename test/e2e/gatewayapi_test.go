@@ -113,6 +113,9 @@ func echoServer(ip, name string) int32 {
 	Expect(err).NotTo(HaveOccurred())
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
+		if d, err := time.ParseDuration(r.URL.Query().Get("sleep")); err == nil {
+			time.Sleep(d)
+		}
 		// The request headers come back as Echo-<name> response headers.
 		for k, v := range r.Header {
 			w.Header()["Echo-"+k] = v
@@ -242,6 +245,12 @@ spec:
         path: {type: ReplaceFullPath, replaceFullPath: /replaced}
     backendRefs:
     - {name: green, port: 8080}
+  - name: slow
+    matches:
+    - path: {type: PathPrefix, value: /slow}
+    timeouts: {request: 2s, backendRequest: 300ms}
+    backendRefs:
+    - {name: blue, port: 8080}
   - name: redirect
     matches:
     - path: {type: PathPrefix, value: /go}
@@ -440,6 +449,12 @@ spec:
 		Expect(sendHost(gw, "features.example.com", "/old/x/y", "bulk").body).To(Equal("blue rewritten.example.com /new/x/y"))
 		Expect(sendHost(gw, "features.example.com", "/old", "bulk").body).To(Equal("blue rewritten.example.com /new"))
 		Expect(sendHost(gw, "features.example.com", "/full", "bulk").body).To(Equal("green features.example.com /replaced"))
+
+		By("timeouts.backendRequest: a backend slower than 300ms gets 504")
+		Expect(sendHost(gw, "features.example.com", "/slow?sleep=50ms", "bulk").status).To(Equal(200))
+		start := time.Now()
+		Expect(sendHost(gw, "features.example.com", "/slow?sleep=3s", "bulk").status).To(Equal(504))
+		Expect(time.Since(start)).To(BeNumerically("<", 2*time.Second))
 
 		By("RequestRedirect")
 		r = sendHost(gw, "features.example.com", "/go/x?q=1", "bulk")
