@@ -58,14 +58,13 @@ func (h *Handler) routeGatewayAPI(w http.ResponseWriter, r *http.Request) (*upst
 		b, endpoint, ok := res.Rule.Pick()
 		switch {
 		case !ok:
-			msg := "the route has no usable backend"
-			if b != nil {
-				msg = "backend " + b.Name + " is not resolved (see the HTTPRoute's status)"
-			}
-			h.reply(w, up.id, http.StatusInternalServerError, msg)
+			// The HTTPRoute's status says which reference and why; clients
+			// learn no Service names.
+			h.reply(w, up.id, http.StatusInternalServerError, "the route's backend is not resolved")
 			return nil, r
 		case endpoint == "":
-			h.reply(w, up.id, http.StatusServiceUnavailable, "backend "+b.Name+" has no ready endpoint")
+			h.log.Error(nil, "no ready endpoint", "route", up.id, "backend", b.Name)
+			h.reply(w, up.id, http.StatusServiceUnavailable, "no ready endpoint for the route's backend")
 			return nil, r
 		}
 		tgt.endpoint = endpoint
@@ -95,6 +94,8 @@ func (g *gatewayUpstreams) get(h *Handler, table *httproutes.Table, rule *httpro
 // rule's filters and timeouts.
 func (h *Handler) buildGatewayUpstream(rule *httproutes.Rule) *upstream {
 	if f := rule.Redirect(); f != nil {
+		// The route's metric series as for a proxied rule; the reverse
+		// proxy is replaced by the redirect.
 		up := h.upstreams.buildWith(rule.ID, 0, nil)
 		responses := h.opts.Metrics.Responses.WithLabelValues(rule.ID, "3xx", metrics.OriginGateway)
 		up.proxy = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
