@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -138,8 +139,11 @@ func (r *GatewayAPIReconciler) publish(ctx context.Context, t *routetable.Table)
 		return r.client.Create(ctx, cm)
 	case err != nil:
 		return fmt.Errorf("reading ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
-	case cur.Annotations[routetable.AnnotationChecksum] == cm.Annotations[routetable.AnnotationChecksum] &&
+	case bytes.Equal(cur.BinaryData[routetable.DataKey], cm.BinaryData[routetable.DataKey]) &&
+		cur.Annotations[routetable.AnnotationChecksum] == cm.Annotations[routetable.AnnotationChecksum] &&
 		cur.Labels[routetable.LabelRouteTable] == cm.Name:
+		// Compressing is deterministic: equal bytes, equal table. Anything
+		// else (a change, or an edit by hand) is rewritten.
 		return nil
 	}
 	cm.ResourceVersion = cur.ResourceVersion

@@ -474,6 +474,28 @@ spec:
 		fmt.Fprintf(GinkgoWriter, "route edit propagated in %v (kubectl patch included)\n", elapsed)
 	})
 
+	It("keeps the last good route table when the ConfigMap is corrupted, and the controller rewrites it", func() {
+		var cm corev1.ConfigMap
+		key := types.NamespacedName{Namespace: namespace, Name: "tollgate-httproutes"}
+		Expect(k8s.Get(ctx, key, &cm)).To(Succeed())
+		good := cm.BinaryData["httproutes.json.gz"]
+		errorsBefore := metric(gw.admin+"/metrics", "tollgate_gateway_reload_errors_total", `source="httproutes"`)
+		cm.BinaryData["httproutes.json.gz"] = []byte("not gzip")
+		Expect(k8s.Update(ctx, &cm)).To(Succeed())
+		Eventually(func() float64 {
+			return metric(gw.admin+"/metrics", "tollgate_gateway_reload_errors_total", `source="httproutes"`)
+		}, 10*time.Second, 20*time.Millisecond).Should(BeNumerically(">", errorsBefore))
+		Expect(sendHost(gw, "features.example.com", "/full", "bulk").status).To(Equal(200))
+		// The next pass (any change; here a Service) rewrites the table.
+		Expect(k8s.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: gwNS, Name: "nudge"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}})).To(Succeed())
+		Eventually(func() []byte {
+			Expect(k8s.Get(ctx, key, &cm)).To(Succeed())
+			return cm.BinaryData["httproutes.json.gz"]
+		}, 10*time.Second, 50*time.Millisecond).Should(Equal(good))
+		Expect(sendHost(gw, "features.example.com", "/full", "bulk").status).To(Equal(200))
+	})
+
 	It("refuses a cross-namespace backend until a ReferenceGrant allows it", func() {
 		applyYAML("cross", `apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
