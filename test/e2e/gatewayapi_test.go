@@ -577,6 +577,17 @@ spec:
 		}
 	})
 
+	It("answers 404 for a detached route and drops its parent status", func() {
+		out, err := kubectl("patch", "httproute", "cross", "-n", gwNS, "--type", "json", "-p", `[{"op":"remove","path":"/spec/parentRefs"}]`)
+		Expect(err).NotTo(HaveOccurred(), out)
+		Eventually(func() int { return sendHost(gw, "cross.example.com", "/x", "bulk").status }, 10*time.Second, 20*time.Millisecond).Should(Equal(404))
+		Eventually(func() int {
+			var rt gwv1.HTTPRoute
+			Expect(k8s.Get(ctx, types.NamespacedName{Namespace: gwNS, Name: "cross"}, &rt)).To(Succeed())
+			return len(rt.Status.Parents)
+		}, 10*time.Second, 50*time.Millisecond).Should(BeZero())
+	})
+
 	It("answers 404 once the route is deleted", func() {
 		out, err := kubectl("delete", "httproute", "orders", "-n", gwNS)
 		Expect(err).NotTo(HaveOccurred(), out)
