@@ -93,16 +93,21 @@ func compile(items []v1alpha1.RateLimitRule, policy *tenantPolicy, routes map[ty
 		out.Verdicts[obj.UID] = cv
 		out.Objects[obj.UID] = obj
 	}
+	out.addShadowedTargets(originals)
+	return out
+}
+
+// addShadowedTargets gives a verdict to the targetRef rules that expanded to
+// nothing: every rule of their HTTPRoute is limited for their tenant by
+// rules that name the rule (sectionName), which take precedence.
+func (out *compiled) addShadowedTargets(originals []v1alpha1.RateLimitRule) {
 	for i := range originals {
 		obj := &originals[i]
 		if _, ok := out.Verdicts[obj.UID]; !ok && obj.Spec.TargetRef != nil {
-			// Every rule of the HTTPRoute is limited for this tenant by
-			// rules that name the rule (sectionName), which take precedence.
 			out.Verdicts[obj.UID] = verdict{Generation: obj.Generation, Reason: v1alpha1.ReasonConflict,
 				Message: fmt.Sprintf("every rule of HTTPRoute %s is limited for tenant %q by RateLimitRules naming the rule (spec.targetRef.sectionName), which take precedence",
 					obj.Spec.TargetRef.Name, obj.Spec.Tenant)}
 			out.Objects[obj.UID] = obj
 		}
 	}
-	return out
 }

@@ -89,6 +89,31 @@ func compileGatewayAPI(in *gwInput) *gwOutput {
 			out.classOK[c.Name] = true
 		}
 	}
+	gateways := out.compileGateways(in)
+	idx := newBackendIndex(in)
+	table := &routetable.Table{Format: routetable.Format}
+	routes := append([]gwv1.HTTPRoute(nil), in.routes...)
+	sort.Slice(routes, func(i, j int) bool { return nn(&routes[i]).String() < nn(&routes[j]).String() })
+	for i := range routes {
+		rt := &routes[i]
+		rules, resolved, unsupported := compileRules(rt, idx)
+		v, hostnames, attached := out.attachRoute(rt, gateways, in.namespaces, resolved, unsupported)
+		out.routes[nn(rt)] = v
+		if !attached {
+			continue
+		}
+		for _, r := range rules {
+			r.Hostnames = hostnames
+			table.Rules = append(table.Rules, r)
+		}
+	}
+	out.table = table
+	return out
+}
+
+// compileGateways decides the listeners and the Accepted condition of every
+// Gateway of our classes, and returns those Gateways.
+func (out *gwOutput) compileGateways(in *gwInput) map[types.NamespacedName]*gwv1.Gateway {
 	gateways := map[types.NamespacedName]*gwv1.Gateway{}
 	for i := range in.gateways {
 		gw := &in.gateways[i]
@@ -117,56 +142,45 @@ func compileGatewayAPI(in *gwInput) *gwOutput {
 				"no listener is valid; see status.listeners", gw.Generation)
 		}
 	}
+	return gateways
+}
 
-	idx := newBackendIndex(in)
-	table := &routetable.Table{Format: routetable.Format}
-	routes := append([]gwv1.HTTPRoute(nil), in.routes...)
-	sort.Slice(routes, func(i, j int) bool { return nn(&routes[i]).String() < nn(&routes[j]).String() })
-	for i := range routes {
-		rt := &routes[i]
-		rules, resolved, unsupported := compileRules(rt, idx)
-		v := &routeVerdict{}
-		hosts := map[string]bool{} // "" = every host
-		for _, ref := range rt.Spec.ParentRefs {
-			if ref.Group != nil && *ref.Group != gwGroup || ref.Kind != nil && *ref.Kind != "Gateway" {
-				continue
-			}
-			ns := rt.Namespace
-			if ref.Namespace != nil {
-				ns = string(*ref.Namespace)
-			}
-			gw := gateways[types.NamespacedName{Namespace: ns, Name: string(ref.Name)}]
-			if gw == nil {
-				continue // not ours, or not there: not ours to report
-			}
-			ps := gwv1.RouteParentStatus{ParentRef: ref, ControllerName: ControllerName}
-			accepted := attach(rt, ref, out.listeners[nn(gw)], in.namespaces, hosts, unsupported == "")
-			if unsupported != "" {
-				accepted = cond(string(gwv1.RouteConditionAccepted), false, string(gwv1.RouteReasonUnsupportedValue), unsupported, rt.Generation)
-			}
-			accepted.ObservedGeneration = rt.Generation
-			ps.Conditions = []metav1.Condition{accepted, resolved}
-			ps.Conditions[1].ObservedGeneration = rt.Generation
-			v.parents = append(v.parents, ps)
-		}
-		out.routes[nn(rt)] = v
-		if len(hosts) == 0 {
+// attachRoute attaches rt through each of its parentRefs that names one of
+// our Gateways. It returns the route's parent statuses, the hostnames its
+// rules serve (nil: every host), and whether it attached anywhere.
+func (out *gwOutput) attachRoute(rt *gwv1.HTTPRoute, gateways map[types.NamespacedName]*gwv1.Gateway, nsLabels map[string]labels.Set,
+	resolved metav1.Condition, unsupported string) (*routeVerdict, []string, bool) {
+	v := &routeVerdict{}
+	hosts := map[string]bool{} // "" = every host
+	for _, ref := range rt.Spec.ParentRefs {
+		if ref.Group != nil && *ref.Group != gwGroup || ref.Kind != nil && *ref.Kind != "Gateway" {
 			continue
 		}
-		var hostnames []string
-		if !hosts[""] {
-			for h := range hosts {
-				hostnames = append(hostnames, h)
-			}
-			sort.Strings(hostnames)
+		ns := rt.Namespace
+		if ref.Namespace != nil {
+			ns = string(*ref.Namespace)
 		}
-		for _, r := range rules {
-			r.Hostnames = hostnames
-			table.Rules = append(table.Rules, r)
+		gw := gateways[types.NamespacedName{Namespace: ns, Name: string(ref.Name)}]
+		if gw == nil {
+			continue // not ours, or not there: not ours to report
 		}
+		accepted := attach(rt, ref, out.listeners[nn(gw)], nsLabels, hosts, unsupported == "")
+		if unsupported != "" {
+			accepted = cond(string(gwv1.RouteConditionAccepted), false, string(gwv1.RouteReasonUnsupportedValue), unsupported, rt.Generation)
+		}
+		resolved.ObservedGeneration = rt.Generation
+		v.parents = append(v.parents, gwv1.RouteParentStatus{ParentRef: ref, ControllerName: ControllerName,
+			Conditions: []metav1.Condition{accepted, resolved}})
 	}
-	out.table = table
-	return out
+	if len(hosts) == 0 || hosts[""] {
+		return v, nil, len(hosts) > 0
+	}
+	hostnames := make([]string, 0, len(hosts))
+	for h := range hosts {
+		hostnames = append(hostnames, h)
+	}
+	sort.Strings(hostnames)
+	return v, hostnames, true
 }
 
 // compileListeners decides each listener's conditions.
@@ -189,26 +203,10 @@ func compileListeners(gw *gwv1.Gateway, port int32) []*listenerState {
 			accepted = cond(string(gwv1.ListenerConditionAccepted), false, string(gwv1.ListenerReasonPortUnavailable),
 				fmt.Sprintf("the tollgate gateway Service serves HTTP on port %d only (the controller's --gateway-port), not %d", port, l.Port), g)
 		}
-		// Route kinds: HTTPRoute only.
-		ls.kinds = []gwv1.RouteGroupKind{{Group: ptrTo(gwv1.Group(gwGroup)), Kind: "HTTPRoute"}}
-		if l.AllowedRoutes != nil && len(l.AllowedRoutes.Kinds) > 0 {
-			ls.kinds = nil
-			var bad []string
-			for _, k := range l.AllowedRoutes.Kinds {
-				if (k.Group == nil || *k.Group == gwGroup) && k.Kind == "HTTPRoute" {
-					ls.kinds = append(ls.kinds, gwv1.RouteGroupKind{Group: ptrTo(gwv1.Group(gwGroup)), Kind: "HTTPRoute"})
-				} else {
-					grp := gwGroup
-					if k.Group != nil {
-						grp = string(*k.Group)
-					}
-					bad = append(bad, grp+"/"+string(k.Kind))
-				}
-			}
-			if len(bad) > 0 {
-				resolved = cond(string(gwv1.ListenerConditionResolvedRefs), false, string(gwv1.ListenerReasonInvalidRouteKinds),
-					"route kinds not supported (HTTPRoute only): "+strings.Join(bad, ", "), g)
-			}
+		var resolvedKinds *metav1.Condition
+		ls.kinds, resolvedKinds = routeKinds(l, g)
+		if resolvedKinds != nil {
+			resolved = *resolvedKinds
 		}
 		if accepted.Status == metav1.ConditionTrue {
 			host := ""
@@ -230,6 +228,34 @@ func compileListeners(gw *gwv1.Gateway, port int32) []*listenerState {
 		ls.conds = []metav1.Condition{accepted, conflicted, resolved, programmed}
 	}
 	return out
+}
+
+// routeKinds are the route kinds a listener supports (HTTPRoute only), and
+// a ResolvedRefs condition when it asks for others.
+func routeKinds(l *gwv1.Listener, g int64) ([]gwv1.RouteGroupKind, *metav1.Condition) {
+	httpRoute := gwv1.RouteGroupKind{Group: ptrTo(gwv1.Group(gwGroup)), Kind: "HTTPRoute"}
+	if l.AllowedRoutes == nil || len(l.AllowedRoutes.Kinds) == 0 {
+		return []gwv1.RouteGroupKind{httpRoute}, nil
+	}
+	var kinds []gwv1.RouteGroupKind
+	var bad []string
+	for _, k := range l.AllowedRoutes.Kinds {
+		if (k.Group == nil || *k.Group == gwGroup) && k.Kind == "HTTPRoute" {
+			kinds = append(kinds, httpRoute)
+			continue
+		}
+		grp := gwGroup
+		if k.Group != nil {
+			grp = string(*k.Group)
+		}
+		bad = append(bad, grp+"/"+string(k.Kind))
+	}
+	if len(bad) == 0 {
+		return kinds, nil
+	}
+	c := cond(string(gwv1.ListenerConditionResolvedRefs), false, string(gwv1.ListenerReasonInvalidRouteKinds),
+		"route kinds not supported (HTTPRoute only): "+strings.Join(bad, ", "), g)
+	return kinds, &c
 }
 
 // attach attaches rt through one parentRef to the matching listeners and
@@ -429,6 +455,14 @@ func (b *backendIndex) resolve(ns string, ref *gwv1.HTTPBackendRef) (be routetab
 	if sp == nil {
 		return fail(string(gwv1.RouteReasonBackendNotFound), fmt.Sprintf("Service %s/%s has no port %d", svcNS, ref.Name, port))
 	}
+	be.Endpoints = b.readyEndpoints(svc, sp)
+	return be, "", ""
+}
+
+// readyEndpoints are the ready addresses of svc's EndpointSlices for the
+// Service port sp, as "ip:port", sorted.
+func (b *backendIndex) readyEndpoints(svc *corev1.Service, sp *corev1.ServicePort) []string {
+	var out []string
 	seen := map[string]bool{}
 	for _, s := range b.slices[nn(svc)] {
 		var epPort int32 = -1
@@ -452,13 +486,13 @@ func (b *backendIndex) resolve(ns string, ref *gwv1.HTTPBackendRef) (be routetab
 				addr := net.JoinHostPort(a, strconv.Itoa(int(epPort)))
 				if !seen[addr] {
 					seen[addr] = true
-					be.Endpoints = append(be.Endpoints, addr)
+					out = append(out, addr)
 				}
 			}
 		}
 	}
-	sort.Strings(be.Endpoints)
-	return be, "", ""
+	sort.Strings(out)
+	return out
 }
 
 // compileRules compiles rt's rules. resolved is the route's ResolvedRefs
@@ -468,60 +502,15 @@ func compileRules(rt *gwv1.HTTPRoute, idx *backendIndex) (rules []routetable.Rul
 	resolved = cond(string(gwv1.RouteConditionResolvedRefs), true, string(gwv1.RouteReasonResolvedRefs), "", rt.Generation)
 	var problems []string
 	for i := range rt.Spec.Rules {
+		out, msg := compileRule(rt, i)
+		if msg != "" {
+			return nil, resolved, msg
+		}
 		r := &rt.Spec.Rules[i]
-		field := fmt.Sprintf("spec.rules[%d]", i)
-		section := ""
-		if r.Name != nil {
-			section = string(*r.Name)
-		}
-		out := routetable.Rule{
-			ID: routetable.RuleID(rt.Namespace, rt.Name, section, i), Route: rt.Namespace + "/" + rt.Name,
-			Created: rt.CreationTimestamp.Unix(), Index: i,
-		}
-		switch {
-		case r.Retry != nil:
-			return nil, resolved, field + ".retry is not supported"
-		case r.SessionPersistence != nil:
-			return nil, resolved, field + ".sessionPersistence is not supported"
-		}
-		matches := r.Matches
-		if len(matches) == 0 {
-			matches = []gwv1.HTTPRouteMatch{{}}
-		}
-		for j, m := range matches {
-			cm, msg := compileMatch(m, fmt.Sprintf("%s.matches[%d]", field, j))
-			if msg != "" {
-				return nil, resolved, msg
-			}
-			out.Matches = append(out.Matches, cm)
-		}
-		for j, f := range r.Filters {
-			cf, msg := compileFilter(f, fmt.Sprintf("%s.filters[%d]", field, j))
-			if msg != "" {
-				return nil, resolved, msg
-			}
-			out.Filters = append(out.Filters, cf)
-		}
-		if t := r.Timeouts; t != nil {
-			for _, d := range []struct {
-				v    *gwv1.Duration
-				name string
-				dst  *int64
-			}{{t.Request, "request", &out.RequestTimeoutMs}, {t.BackendRequest, "backendRequest", &out.BackendTimeoutMs}} {
-				if d.v == nil {
-					continue
-				}
-				dur, err := time.ParseDuration(string(*d.v))
-				if err != nil || dur < 0 {
-					return nil, resolved, fmt.Sprintf("%s.timeouts.%s %q is not a valid duration", field, d.name, *d.v)
-				}
-				*d.dst = dur.Milliseconds()
-			}
-		}
 		for j := range r.BackendRefs {
 			ref := &r.BackendRefs[j]
 			if len(ref.Filters) > 0 {
-				return nil, resolved, fmt.Sprintf("%s.backendRefs[%d].filters is not supported", field, j)
+				return nil, resolved, fmt.Sprintf("spec.rules[%d].backendRefs[%d].filters is not supported", i, j)
 			}
 			be, reason, msg := idx.resolve(rt.Namespace, ref)
 			if reason != "" {
@@ -538,6 +527,62 @@ func compileRules(rt *gwv1.HTTPRoute, idx *backendIndex) (rules []routetable.Rul
 		resolved.Message = strings.Join(problems, "; ")
 	}
 	return rules, resolved, ""
+}
+
+// compileRule compiles rule i of rt without its backends; msg, when not
+// empty, names a field tollgate does not support.
+func compileRule(rt *gwv1.HTTPRoute, i int) (out routetable.Rule, msg string) {
+	r := &rt.Spec.Rules[i]
+	field := fmt.Sprintf("spec.rules[%d]", i)
+	section := ""
+	if r.Name != nil {
+		section = string(*r.Name)
+	}
+	out = routetable.Rule{
+		ID: routetable.RuleID(rt.Namespace, rt.Name, section, i), Route: rt.Namespace + "/" + rt.Name,
+		Created: rt.CreationTimestamp.Unix(), Index: i,
+	}
+	switch {
+	case r.Retry != nil:
+		return out, field + ".retry is not supported"
+	case r.SessionPersistence != nil:
+		return out, field + ".sessionPersistence is not supported"
+	}
+	matches := r.Matches
+	if len(matches) == 0 {
+		matches = []gwv1.HTTPRouteMatch{{}}
+	}
+	for j, m := range matches {
+		cm, msg := compileMatch(m, fmt.Sprintf("%s.matches[%d]", field, j))
+		if msg != "" {
+			return out, msg
+		}
+		out.Matches = append(out.Matches, cm)
+	}
+	for j, f := range r.Filters {
+		cf, msg := compileFilter(f, fmt.Sprintf("%s.filters[%d]", field, j))
+		if msg != "" {
+			return out, msg
+		}
+		out.Filters = append(out.Filters, cf)
+	}
+	if t := r.Timeouts; t != nil {
+		for _, d := range []struct {
+			v    *gwv1.Duration
+			name string
+			dst  *int64
+		}{{t.Request, "request", &out.RequestTimeoutMs}, {t.BackendRequest, "backendRequest", &out.BackendTimeoutMs}} {
+			if d.v == nil {
+				continue
+			}
+			dur, err := time.ParseDuration(string(*d.v))
+			if err != nil || dur < 0 {
+				return out, fmt.Sprintf("%s.timeouts.%s %q is not a valid duration", field, d.name, *d.v)
+			}
+			*d.dst = dur.Milliseconds()
+		}
+	}
+	return out, ""
 }
 
 func compileMatch(m gwv1.HTTPRouteMatch, field string) (routetable.Match, string) {

@@ -63,26 +63,40 @@ type GatewayAPIReconciler struct {
 
 var gwKey = reconcile.Request{NamespacedName: types.NamespacedName{Name: "gateway-api"}}
 
-// Reconcile runs one pass.
-func (r *GatewayAPIReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+// gwLists are the objects of one pass.
+type gwLists struct {
+	classes gwv1.GatewayClassList
+	gws     gwv1.GatewayList
+	routes  gwv1.HTTPRouteList
+}
+
+// input lists everything a pass compiles (from the cache).
+func (r *GatewayAPIReconciler) input(ctx context.Context) (*gwInput, *gwLists, error) {
 	in := &gwInput{port: r.opts.GatewayPort, namespaces: map[string]labels.Set{}}
-	var classes gwv1.GatewayClassList
-	var gws gwv1.GatewayList
-	var routes gwv1.HTTPRouteList
+	var l gwLists
 	var svcs corev1.ServiceList
 	var slices discoveryv1.EndpointSliceList
 	var grants gwv1.ReferenceGrantList
 	var nss metav1.PartialObjectMetadataList
 	nss.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
-	for _, l := range []client.ObjectList{&classes, &gws, &routes, &svcs, &slices, &grants, &nss} {
-		if err := r.client.List(ctx, l); err != nil {
-			return reconcile.Result{}, fmt.Errorf("listing %T: %w", l, err)
+	for _, list := range []client.ObjectList{&l.classes, &l.gws, &l.routes, &svcs, &slices, &grants, &nss} {
+		if err := r.client.List(ctx, list); err != nil {
+			return nil, nil, fmt.Errorf("listing %T: %w", list, err)
 		}
 	}
-	in.classes, in.gateways, in.routes = classes.Items, gws.Items, routes.Items
+	in.classes, in.gateways, in.routes = l.classes.Items, l.gws.Items, l.routes.Items
 	in.services, in.slices, in.grants = svcs.Items, slices.Items, grants.Items
 	for _, n := range nss.Items {
 		in.namespaces[n.Name] = labels.Set(n.Labels)
+	}
+	return in, &l, nil
+}
+
+// Reconcile runs one pass.
+func (r *GatewayAPIReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	in, lists, err := r.input(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
 	}
 	out := compileGatewayAPI(in)
 	pubErr := r.publish(ctx, out.table)
@@ -91,16 +105,16 @@ func (r *GatewayAPIReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 	}
 	addrs, addrErr := r.addresses(ctx)
 	var errs []error
-	if err := r.writeClasses(ctx, classes.Items); err != nil {
+	if err := r.writeClasses(ctx, lists.classes.Items); err != nil {
 		errs = append(errs, err)
 	}
-	for i := range gws.Items {
-		if err := r.writeGateway(ctx, &gws.Items[i], out, addrs, addrErr, pubErr); err != nil {
+	for i := range lists.gws.Items {
+		if err := r.writeGateway(ctx, &lists.gws.Items[i], out, addrs, addrErr, pubErr); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	for i := range routes.Items {
-		if err := r.writeRoute(ctx, &routes.Items[i], out); err != nil {
+	for i := range lists.routes.Items {
+		if err := r.writeRoute(ctx, &lists.routes.Items[i], out); err != nil {
 			errs = append(errs, err)
 		}
 	}

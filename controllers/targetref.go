@@ -29,53 +29,27 @@ func expandTargets(items []v1alpha1.RateLimitRule, routes map[types.NamespacedNa
 		return items, nil
 	}
 	notFound := map[types.UID]verdict{}
-	out := make([]v1alpha1.RateLimitRule, 0, len(items))
 	type key struct{ tenant, route string }
 	sectioned := map[key]bool{}
 	targets := make(map[int][]string, n)
 	for i := range items {
 		obj := &items[i]
-		t := obj.Spec.TargetRef
-		if t == nil {
+		if obj.Spec.TargetRef == nil {
 			continue
 		}
-		fail := func(msg string) {
+		ids, msg := targetIDs(obj, routes)
+		if msg != "" {
 			notFound[obj.UID] = verdict{Generation: obj.Generation, Reason: v1alpha1.ReasonTargetNotFound, Message: msg}
-		}
-		if routes == nil {
-			fail("spec.targetRef names an HTTPRoute, but the controller does not run in Gateway API mode (--gateway-api)")
-			continue
-		}
-		rt := routes[types.NamespacedName{Namespace: obj.Namespace, Name: t.Name}]
-		if rt == nil {
-			fail(fmt.Sprintf("HTTPRoute %s/%s (spec.targetRef) does not exist", obj.Namespace, t.Name))
-			continue
-		}
-		var ids []string
-		for j, r := range rt.Spec.Rules {
-			section := ""
-			if r.Name != nil {
-				section = string(*r.Name)
-			}
-			if t.SectionName == "" || section == t.SectionName {
-				ids = append(ids, routetable.RuleID(rt.Namespace, rt.Name, section, j))
-			}
-		}
-		if len(ids) == 0 {
-			if t.SectionName != "" {
-				fail(fmt.Sprintf("HTTPRoute %s/%s has no rule named %q (spec.targetRef.sectionName)", obj.Namespace, t.Name, t.SectionName))
-			} else {
-				fail(fmt.Sprintf("HTTPRoute %s/%s has no rules", obj.Namespace, t.Name))
-			}
 			continue
 		}
 		targets[i] = ids
-		if t.SectionName != "" {
+		if obj.Spec.TargetRef.SectionName != "" {
 			for _, id := range ids {
 				sectioned[key{obj.Spec.Tenant, id}] = true
 			}
 		}
 	}
+	out := make([]v1alpha1.RateLimitRule, 0, len(items))
 	for i := range items {
 		obj := &items[i]
 		if obj.Spec.TargetRef == nil {
@@ -92,4 +66,34 @@ func expandTargets(items []v1alpha1.RateLimitRule, routes map[types.NamespacedNa
 		}
 	}
 	return out, notFound
+}
+
+// targetIDs are the route ids of the HTTPRoute rules obj's targetRef names,
+// or why there are none.
+func targetIDs(obj *v1alpha1.RateLimitRule, routes map[types.NamespacedName]*gwv1.HTTPRoute) ([]string, string) {
+	t := obj.Spec.TargetRef
+	if routes == nil {
+		return nil, "spec.targetRef names an HTTPRoute, but the controller does not run in Gateway API mode (--gateway-api)"
+	}
+	rt := routes[types.NamespacedName{Namespace: obj.Namespace, Name: t.Name}]
+	if rt == nil {
+		return nil, fmt.Sprintf("HTTPRoute %s/%s (spec.targetRef) does not exist", obj.Namespace, t.Name)
+	}
+	var ids []string
+	for j, r := range rt.Spec.Rules {
+		section := ""
+		if r.Name != nil {
+			section = string(*r.Name)
+		}
+		if t.SectionName == "" || section == t.SectionName {
+			ids = append(ids, routetable.RuleID(rt.Namespace, rt.Name, section, j))
+		}
+	}
+	switch {
+	case len(ids) > 0:
+		return ids, ""
+	case t.SectionName != "":
+		return nil, fmt.Sprintf("HTTPRoute %s/%s has no rule named %q (spec.targetRef.sectionName)", obj.Namespace, t.Name, t.SectionName)
+	}
+	return nil, fmt.Sprintf("HTTPRoute %s/%s has no rules", obj.Namespace, t.Name)
 }

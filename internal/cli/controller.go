@@ -100,14 +100,9 @@ func runController(cmd *cobra.Command, o *controllerOptions) error {
 	if err != nil {
 		return err
 	}
-	scheme, err := newScheme()
+	scheme, err := newScheme(o.ctrl.GatewayAPI)
 	if err != nil {
 		return err
-	}
-	if o.ctrl.GatewayAPI {
-		if err := gwv1.Install(scheme); err != nil {
-			return err
-		}
 	}
 	leNS := o.leaderElectNS
 	if leNS == "" {
@@ -149,14 +144,20 @@ func runController(cmd *cobra.Command, o *controllerOptions) error {
 	return nil
 }
 
-// newScheme knows the Kubernetes types and tollgate's.
-func newScheme() (*runtime.Scheme, error) {
+// newScheme knows the Kubernetes types and tollgate's (and, in Gateway API
+// mode, the Gateway API's).
+func newScheme(gatewayAPI bool) (*runtime.Scheme, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
+	}
+	if gatewayAPI {
+		if err := gwv1.Install(scheme); err != nil {
+			return nil, err
+		}
 	}
 	return scheme, nil
 }
