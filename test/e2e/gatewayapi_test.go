@@ -363,14 +363,14 @@ var _ = Describe("Gateway API", Ordered, Label("e2e"), func() {
 		Expect(r.status).To(Equal(429))
 		Expect(r.limit).To(Equal("2"))
 		Expect(r.retryAfter).NotTo(BeEmpty())
-		By("another tenant has its own bucket (the default rule), and the backend sees the client's Host")
-		r = sendHost(gw, "shop.example.com", "/orders/42", "shop-b")
+		By("another tenant (no rule of its own) has the default rule, and the backend sees the client's Host")
+		r = sendHost(gw, "shop.example.com", "/orders/42", "walk-in")
 		Expect(r.status).To(Equal(200))
 		Expect(r.body).To(Equal("echo-1 shop.example.com /orders/42"))
 		Expect(r.limit).To(Equal("20"))
 		By("404 for another host or path")
-		Expect(sendHost(gw, "other.example.com", "/orders/42", "shop-b").status).To(Equal(404))
-		Expect(sendHost(gw, "shop.example.com", "/ordersx", "shop-b").status).To(Equal(404))
+		Expect(sendHost(gw, "other.example.com", "/orders/42", "walk-in").status).To(Equal(404))
+		Expect(sendHost(gw, "shop.example.com", "/ordersx", "walk-in").status).To(Equal(404))
 		By("the route label of the metrics is the HTTPRoute rule")
 		Expect(metric(gw.admin+"/metrics", "tollgate_gateway_decisions_total", `route="shop_orders_orders"`)).To(BeNumerically(">", 0))
 	})
@@ -591,7 +591,7 @@ spec:
 	It("answers 404 once the route is deleted", func() {
 		out, err := kubectl("delete", "httproute", "orders", "-n", gwNS)
 		Expect(err).NotTo(HaveOccurred(), out)
-		Eventually(func() int { return sendHost(gw, "shop.example.com", "/orders/1", "shop-b").status }, 10*time.Second, 50*time.Millisecond).Should(Equal(404))
+		Eventually(func() int { return sendHost(gw, "shop.example.com", "/orders/1", "walk-in").status }, 10*time.Second, 50*time.Millisecond).Should(Equal(404))
 		Expect(sendHost(gw, "features.example.com", "/full", "bulk").status).To(Equal(200))
 		Eventually(func(g Gomega) {
 			var rule v1alpha1.RateLimitRule
