@@ -1,7 +1,10 @@
 package controllers
 
 import (
+	"fmt"
+
 	"k8s.io/apimachinery/pkg/types"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
@@ -36,10 +39,22 @@ type compiled struct {
 // compile refuses the items that policy does not allow, compiles the others
 // with snapshot.Compile and indexes the verdicts by UID. A refused rule takes
 // no part in conflicts: it cannot displace an allowed one.
-func compile(items []v1alpha1.RateLimitRule, policy *tenantPolicy) compiled {
+//
+// Rules with a spec.targetRef are expanded first (expandTargets; routes is
+// nil outside Gateway API mode): one rule with n HTTPRoute rules compiles as
+// n snapshot rules, and its verdict is Accepted when any of them is.
+func compile(items []v1alpha1.RateLimitRule, policy *tenantPolicy, routes map[types.NamespacedName]*gwv1.HTTPRoute) compiled {
 	out := compiled{
 		Verdicts: make(map[types.UID]verdict, len(items)),
 		Objects:  make(map[types.UID]*v1alpha1.RateLimitRule, len(items)),
+	}
+	originals := items
+	items, notFound := expandTargets(items, routes)
+	for i := range originals {
+		if v, ok := notFound[originals[i].UID]; ok {
+			out.Verdicts[originals[i].UID] = v
+			out.Objects[originals[i].UID] = &originals[i]
+		}
 	}
 	allowed := items
 	refused := map[int]bool{}
@@ -72,8 +87,27 @@ func compile(items []v1alpha1.RateLimitRule, policy *tenantPolicy) compiled {
 		if v.Rule != nil {
 			cv.tenant, cv.route = v.Rule.Tenant, v.Rule.Route
 		}
+		if prev, ok := out.Verdicts[obj.UID]; ok && (prev.Accepted || !cv.Accepted) {
+			continue // an expanded targetRef rule: the first accepted copy speaks
+		}
 		out.Verdicts[obj.UID] = cv
 		out.Objects[obj.UID] = obj
 	}
+	out.addShadowedTargets(originals)
 	return out
+}
+
+// addShadowedTargets gives a verdict to the targetRef rules that expanded to
+// nothing: every rule of their HTTPRoute is limited for their tenant by
+// rules that name the rule (sectionName), which take precedence.
+func (out *compiled) addShadowedTargets(originals []v1alpha1.RateLimitRule) {
+	for i := range originals {
+		obj := &originals[i]
+		if _, ok := out.Verdicts[obj.UID]; !ok && obj.Spec.TargetRef != nil {
+			out.Verdicts[obj.UID] = verdict{Generation: obj.Generation, Reason: v1alpha1.ReasonConflict,
+				Message: fmt.Sprintf("every rule of HTTPRoute %s is limited for tenant %q by RateLimitRules naming the rule (spec.targetRef.sectionName), which take precedence",
+					obj.Spec.TargetRef.Name, obj.Spec.Tenant)}
+			out.Objects[obj.UID] = obj
+		}
+	}
 }

@@ -76,7 +76,7 @@ var _ = Describe("Snapshot format", func() {
 	It("writes format 1 by default, format 2 when told, and rewrites a snapshot of the other format", func() {
 		Expect(snapshot.DefaultWriteFormat).To(Equal(snapshot.FormatTenant))
 		r := reconciler("fmt-default", 0)
-		Expect(r.sync(ctx, items, &tenantPolicy{open: true})).To(Succeed())
+		Expect(r.sync(ctx, items, &tenantPolicy{open: true}, nil)).To(Succeed())
 		formats, set := read("fmt-default")
 		Expect(formats).To(HaveLen(1))
 		Expect(formats).To(HaveKey(snapshot.FormatTenant))
@@ -93,7 +93,7 @@ var _ = Describe("Snapshot format", func() {
 
 		By("told to write format 2 (a controller restarted with --snapshot-format=2)")
 		r2 := reconciler("fmt-default", snapshot.Format)
-		Expect(r2.sync(ctx, items, &tenantPolicy{open: true})).To(Succeed())
+		Expect(r2.sync(ctx, items, &tenantPolicy{open: true}, nil)).To(Succeed())
 		formats, set2 := read("fmt-default")
 		Expect(formats).To(Equal(map[int]int{snapshot.Format: set2.Count()}))
 		Expect(set2.Version()).To(BeNumerically(">", set.Version()), "rewritten shards get new versions")
@@ -101,7 +101,7 @@ var _ = Describe("Snapshot format", func() {
 
 		By("and back to format 1 (a rollback of the gateways)")
 		r1 := reconciler("fmt-default", snapshot.FormatTenant)
-		Expect(r1.sync(ctx, items, &tenantPolicy{open: true})).To(Succeed())
+		Expect(r1.sync(ctx, items, &tenantPolicy{open: true}, nil)).To(Succeed())
 		formats, set1 := read("fmt-default")
 		Expect(formats).To(Equal(map[int]int{snapshot.FormatTenant: set1.Count()}))
 		check(set1)

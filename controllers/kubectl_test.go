@@ -40,7 +40,7 @@ var _ = Describe("kubectl", func() {
 			out, errOut, err := kubectl("get", "rlr", "-n", f.ns)
 			g.Expect(err).NotTo(HaveOccurred(), errOut)
 			lines := strings.Split(strings.TrimSpace(out), "\n")
-			g.Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "TENANT", "ROUTE", "CAPACITY", "RATE", "READY", "AGE"}))
+			g.Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "TENANT", "ROUTE", "TARGET", "CAPACITY", "RATE", "READY", "AGE"}))
 			g.Expect(lines).To(HaveLen(5))
 			g.Expect(out).To(MatchRegexp(`shop-a-create-order\s+shop-a\s+create-order\s+200\s+100/s\s+True`))
 			g.Expect(out).To(MatchRegexp(`reports-per-minute\s+\*\s+reports\s+3\s+10/1m\s+True`))

@@ -71,7 +71,7 @@ func BenchmarkPublish(b *testing.B) {
 				b.StopTimer()
 				r := newReconciler()
 				b.StartTimer()
-				if err := r.sync(ctx, items, &tenantPolicy{open: true}); err != nil {
+				if err := r.sync(ctx, items, &tenantPolicy{open: true}, nil); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()
@@ -81,21 +81,21 @@ func BenchmarkPublish(b *testing.B) {
 			}
 		})
 		r := newReconciler()
-		if err := r.sync(ctx, items, &tenantPolicy{open: true}); err != nil {
+		if err := r.sync(ctx, items, &tenantPolicy{open: true}, nil); err != nil {
 			b.Fatal(err)
 		}
 		b.Run(fmt.Sprintf("rules=%d/one-change", n), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				items[i%n].Spec.Capacity++
 				items[i%n].Generation++
-				if err := r.sync(ctx, items, &tenantPolicy{open: true}); err != nil {
+				if err := r.sync(ctx, items, &tenantPolicy{open: true}, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
 		b.Run(fmt.Sprintf("rules=%d/no-change", n), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				if err := r.sync(ctx, items, &tenantPolicy{open: true}); err != nil {
+				if err := r.sync(ctx, items, &tenantPolicy{open: true}, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

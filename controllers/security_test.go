@@ -316,7 +316,7 @@ var _ = Describe("One tenant with very many rules", func() {
 			opts:  Options{SnapshotNamespace: snapshotNS, SnapshotName: "one-big-tenant", StatusWorkers: 1, SnapshotFormat: snapshot.Format},
 			state: newPublishedState(), statusQ: newStatusQueue(), written: map[string]writtenShard{},
 		}
-		Expect(r.sync(ctx, items, &tenantPolicy{open: true})).To(Succeed())
+		Expect(r.sync(ctx, items, &tenantPolicy{open: true}, nil)).To(Succeed())
 
 		By("in format 1 (the default) the error says which flag lifts the limit")
 		r1 := &SnapshotReconciler{
@@ -324,7 +324,7 @@ var _ = Describe("One tenant with very many rules", func() {
 			opts:  Options{SnapshotNamespace: snapshotNS, SnapshotName: "one-big-tenant-format1", StatusWorkers: 1},
 			state: newPublishedState(), statusQ: newStatusQueue(), written: map[string]writtenShard{},
 		}
-		Expect(r1.sync(ctx, items, &tenantPolicy{open: true})).To(MatchError(ContainSubstring("--snapshot-format=2")))
+		Expect(r1.sync(ctx, items, &tenantPolicy{open: true}, nil)).To(MatchError(ContainSubstring("--snapshot-format=2")))
 		st, ok := r1.state.get("uid-a")
 		Expect(ok).To(BeTrue())
 		Expect(st.PublishError).To(ContainSubstring("--snapshot-format=2"), "the rules' status says why")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/internal/version"
+	"github.com/tollgate-dev/tollgate/pkg/routetable"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -46,6 +47,21 @@ type Options struct {
 	// or snapshot.Format); 0 means snapshot.DefaultWriteFormat, the newest
 	// format the previous minor version's gateways read.
 	SnapshotFormat int
+
+	// GatewayAPI enables Gateway API mode: the controller serves the
+	// GatewayClasses whose controllerName is ControllerName, compiles the
+	// HTTPRoutes attached to their Gateways into the route table ConfigMap
+	// RouteTableName, and resolves RateLimitRules' spec.targetRef.
+	GatewayAPI bool
+	// GatewayPort is the port on which the gateway Service serves HTTP:
+	// the only listener port Gateways may use. Default 80.
+	GatewayPort int32
+	// GatewayService names the gateway Service in SnapshotNamespace whose
+	// addresses Gateways report. Default tollgate-gateway.
+	GatewayService string
+	// RouteTableName names the route table ConfigMap in SnapshotNamespace.
+	// Default routetable.DefaultName.
+	RouteTableName string
 }
 
 // snapshotFormat is the format to write.
@@ -74,6 +90,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet, defaultNamespace string) {
 		fmt.Sprintf("Format of the rule snapshot ConfigMaps: %d places a tenant's rules in one shard and is read by every gateway; %d spreads them by tenant and route "+
 			"(needed past about 100,000 rules of one tenant) and is read only by gateways 0.2.0 and later. Switch to %d once every gateway reads it (docs/upgrading.md).",
 			snapshot.FormatTenant, snapshot.Format, snapshot.Format))
+	fs.BoolVar(&o.GatewayAPI, "gateway-api", false,
+		"Gateway API mode (the Gateway API CRDs must be installed): serve GatewayClasses with controllerName "+ControllerName+
+			", compile the HTTPRoutes attached to their Gateways into the route table ConfigMap that gateways started with --gateway-api load, "+
+			"and resolve RateLimitRules' spec.targetRef.")
+	fs.Int32Var(&o.GatewayPort, "gateway-port", 80, "With --gateway-api: the port on which the gateway Service serves HTTP, the only listener port Gateways may use.")
+	fs.StringVar(&o.GatewayService, "gateway-service", "tollgate-gateway", "With --gateway-api: the gateway Service (in --snapshot-namespace) whose addresses Gateways report.")
+	fs.StringVar(&o.RouteTableName, "route-table", routetable.DefaultName, "With --gateway-api: name of the route table ConfigMap written to --snapshot-namespace.")
 }
 
 // Validate checks the options.
@@ -85,6 +108,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--snapshot-name must be 1 to 200 characters")
 	case o.StatusWorkers < 1:
 		return fmt.Errorf("--status-workers must be at least 1")
+	case o.GatewayAPI && (o.GatewayPort < 1 || o.GatewayPort > 65535):
+		return fmt.Errorf("--gateway-port must be in [1, 65535]")
+	case o.GatewayAPI && (o.GatewayService == "" || o.RouteTableName == ""):
+		return fmt.Errorf("--gateway-service and --route-table must not be empty with --gateway-api")
 	case o.NamespacePolicy != "" && o.NamespacePolicy != PolicyLabelled && o.NamespacePolicy != PolicyOpen:
 		return fmt.Errorf("--namespace-policy must be %q or %q, not %q", PolicyLabelled, PolicyOpen, o.NamespacePolicy)
 	case o.SnapshotFormat != 0 && !snapshot.ValidFormat(o.SnapshotFormat):
@@ -93,10 +120,21 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-// Setup adds both reconcilers to mgr. The manager's cache must include
+// Setup adds the reconcilers to mgr (the Gateway API one with
+// opts.GatewayAPI; the scheme must then include sigs.k8s.io/gateway-api's v1
+// types). The manager's cache must include
 // RateLimitRules and the snapshot namespace's ConfigMaps, and with the
 // labelled namespace policy it watches Namespaces' metadata.
 func Setup(mgr ctrl.Manager, opts Options) error {
+	if opts.GatewayPort == 0 {
+		opts.GatewayPort = 80
+	}
+	if opts.GatewayService == "" {
+		opts.GatewayService = "tollgate-gateway"
+	}
+	if opts.RouteTableName == "" {
+		opts.RouteTableName = routetable.DefaultName
+	}
 	if err := opts.Validate(); err != nil {
 		return err
 	}
@@ -116,6 +154,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if err := snap.setupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the snapshot controller: %w", err)
+	}
+	if opts.GatewayAPI {
+		gw := &GatewayAPIReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), opts: opts}
+		if err := gw.setupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the Gateway API controller: %w", err)
+		}
 	}
 	status := &StatusReconciler{
 		client:      mgr.GetClient(),

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
@@ -84,7 +85,18 @@ func (r *SnapshotReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{}, r.sync(ctx, list.Items, policy)
+	var routes map[types.NamespacedName]*gwv1.HTTPRoute
+	if r.opts.GatewayAPI {
+		var hrs gwv1.HTTPRouteList
+		if err := r.client.List(ctx, &hrs, client.UnsafeDisableDeepCopy); err != nil {
+			return reconcile.Result{}, fmt.Errorf("listing HTTPRoutes for RateLimitRule targetRefs: %w", err)
+		}
+		routes = make(map[types.NamespacedName]*gwv1.HTTPRoute, len(hrs.Items))
+		for i := range hrs.Items {
+			routes[client.ObjectKeyFromObject(&hrs.Items[i])] = &hrs.Items[i]
+		}
+	}
+	return reconcile.Result{}, r.sync(ctx, list.Items, policy, routes)
 }
 
 // tenantPolicy reads the namespace policy from the Namespaces' annotations.
@@ -108,9 +120,9 @@ func (r *SnapshotReconciler) tenantPolicy(ctx context.Context) (*tenantPolicy, e
 // A failed publish is reported too: rules whose current spec is not in the
 // snapshot get Programmed=False with reason PublishFailed, so a wedged
 // snapshot never hides behind Ready.
-func (r *SnapshotReconciler) sync(ctx context.Context, items []v1alpha1.RateLimitRule, policy *tenantPolicy) error {
+func (r *SnapshotReconciler) sync(ctx context.Context, items []v1alpha1.RateLimitRule, policy *tenantPolicy, routes map[types.NamespacedName]*gwv1.HTTPRoute) error {
 	start := time.Now()
-	c := compile(items, policy)
+	c := compile(items, policy, routes)
 	pub, err := r.publish(ctx, c.Rules)
 	if err != nil {
 		publishFailures.Inc()
@@ -481,6 +493,10 @@ func (r *SnapshotReconciler) setupWithManager(mgr ctrl.Manager) error {
 		// Shards are watched by metadata only, so the cache does not hold
 		// every rule twice.
 		WatchesMetadata(&corev1.ConfigMap{}, toKey, builder.WithPredicates(shardEvents))
+	if r.opts.GatewayAPI {
+		// targetRefs resolve to the rules of HTTPRoutes.
+		b = b.Watches(&gwv1.HTTPRoute{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	}
 	if r.opts.NamespacePolicy != PolicyOpen {
 		// The namespace policy lives in the Namespaces' annotations.
 		b = b.WatchesMetadata(&corev1.Namespace{}, toKey, builder.WithPredicates(policyEvents))

@@ -29,6 +29,10 @@ const (
 	// its tenant (the controller's namespace policy; see
 	// AnnotationTenants).
 	ReasonTenantNotAllowed = "TenantNotAllowed"
+	// ReasonTargetNotFound: spec.targetRef names an HTTPRoute (or a rule
+	// of it) that does not exist, or the controller does not run in Gateway
+	// API mode; the message says which.
+	ReasonTargetNotFound = "TargetNotFound"
 	// ReasonPublishFailed: the rule is accepted, but the controller could not
 	// write the snapshot that holds its current spec; the message says why.
 	ReasonPublishFailed = "PublishFailed"

@@ -9,6 +9,7 @@ import (
 // takes one token; a request that finds no token is rejected with 429.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.refillPerSecond) != has(self.refill)",message="exactly one of spec.refillPerSecond and spec.refill must be set"
+// +kubebuilder:validation:XValidation:rule="has(self.route) != has(self.targetRef)",message="exactly one of spec.route and spec.targetRef must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.hotKey) || !has(self.hotKey.shards) || self.capacity >= self.hotKey.shards",message="spec.capacity must be at least spec.hotKey.shards"
 // +kubebuilder:validation:XValidation:rule="!has(self.regions) || self.regions.all(r, self.capacity * r.percent >= 100 * (has(self.hotKey) && has(self.hotKey.shards) ? self.hotKey.shards : 1))",message="spec.regions: every region's share of spec.capacity (capacity x percent / 100) must hold at least one token per shard (spec.hotKey.shards)"
 type RateLimitRuleSpec struct {
@@ -22,13 +23,23 @@ type RateLimitRuleSpec struct {
 	// +required
 	Tenant string `json:"tenant"`
 
-	// route is the gateway route id this rule limits. "*" matches every route
-	// and makes a default rule. Same characters and length as tenant.
+	// route is the gateway route id this rule limits: an id of the routes
+	// file, or of an Envoy descriptor. "*" matches every route and makes a
+	// default rule. Same characters and length as tenant. Set exactly one of
+	// route and targetRef.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^(\*|[A-Za-z0-9][A-Za-z0-9._-]*)$`
-	// +required
-	Route string `json:"route"`
+	// +optional
+	Route string `json:"route,omitempty"`
+
+	// targetRef attaches the rule to a Gateway API HTTPRoute in the rule's
+	// namespace instead of a route id (Gateway API mode): the limit applies
+	// per tenant and per rule of the HTTPRoute, each HTTPRoute rule with a
+	// bucket of its own, or to the one rule named by sectionName. Set exactly
+	// one of route and targetRef.
+	// +optional
+	TargetRef *TargetRef `json:"targetRef,omitempty"`
 
 	// capacity is the bucket size: the largest burst admitted at once, and the
 	// number of tokens a new or long-idle bucket starts with. 1 to 1000000000.
@@ -88,6 +99,37 @@ type RateLimitRuleSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.map(r, r.percent).sum() == 100",message="spec.regions: the percentages must add up to 100"
 	// +optional
 	Regions []RegionShare `json:"regions,omitempty"`
+}
+
+// TargetRef names an HTTPRoute, or one named rule of it, in the
+// RateLimitRule's namespace.
+type TargetRef struct {
+	// group must be gateway.networking.k8s.io.
+	// +kubebuilder:validation:Enum=gateway.networking.k8s.io
+	// +required
+	Group string `json:"group"`
+
+	// kind must be HTTPRoute.
+	// +kubebuilder:validation:Enum=HTTPRoute
+	// +required
+	Kind string `json:"kind"`
+
+	// name is the HTTPRoute's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +required
+	Name string `json:"name"`
+
+	// sectionName, when set, is the name of one rule of the HTTPRoute
+	// (spec.rules[].name); the limit then applies to that rule only, and
+	// takes precedence over a rule for the same tenant that targets the
+	// whole HTTPRoute.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	SectionName string `json:"sectionName,omitempty"`
 }
 
 // HotKey configures token batch prefetch and bucket sharding.
@@ -223,7 +265,9 @@ type RateLimitRuleStatus struct {
 	// +optional
 	PublishedVersion int64 `json:"publishedVersion,omitempty"`
 
-	// conditions: Accepted (the rule is valid and wins its tenant+route),
+	// conditions: Accepted (the rule is valid and wins its tenant+route; with
+	// targetRef, reason TargetNotFound while the HTTPRoute or its named rule
+	// does not exist),
 	// Programmed (the rule is in the published snapshot) and Ready (both).
 	// +listType=map
 	// +listMapKey=type
@@ -240,6 +284,7 @@ type RateLimitRuleStatus struct {
 // +kubebuilder:resource:shortName=rlr,categories=tollgate
 // +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.spec.tenant`
 // +kubebuilder:printcolumn:name="Route",type=string,JSONPath=`.spec.route`
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.targetRef.name`
 // +kubebuilder:printcolumn:name="Capacity",type=integer,JSONPath=`.spec.capacity`
 // +kubebuilder:printcolumn:name="Rate",type=string,JSONPath=`.status.rate`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/tollgate-dev/tollgate/dataplane/decision"
+	"github.com/tollgate-dev/tollgate/dataplane/httproutes"
 	"github.com/tollgate-dev/tollgate/dataplane/identity"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/membership"
@@ -35,17 +36,19 @@ type Gateway struct {
 	registry *prometheus.Registry
 	metrics  *metrics.Gateway
 
-	routes  *routes.Watcher
-	store   *rules.Store
-	keys    *identity.MappedWatcher
-	files   *rules.FileSource
-	cms     *rules.ConfigMapSource
-	kube    kubernetes.Interface
-	members membership.Counter
-	redis   redis.UniversalClient // nil with --limiter=local
-	chain   *limiter.Chain
-	engine  *decision.Engine
-	handler *proxy.Handler // nil without --routes (rate limit service only)
+	routes *routes.Watcher
+	// httpRoutes is the Gateway API route table (--gateway-api).
+	httpRoutes *httproutes.Source
+	store      *rules.Store
+	keys       *identity.MappedWatcher
+	files      *rules.FileSource
+	cms        *rules.ConfigMapSource
+	kube       kubernetes.Interface
+	members    membership.Counter
+	redis      redis.UniversalClient // nil with --limiter=local
+	chain      *limiter.Chain
+	engine     *decision.Engine
+	handler    *proxy.Handler // nil without --routes (rate limit service only)
 
 	rls        *rls.Server         // nil without --rls-listen
 	rlsDomains *rls.DomainsWatcher // nil without --rls-listen
@@ -82,12 +85,18 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 	g.engine = decision.New(decision.Options{
 		Rules: g.store, Limiter: g.chain, Region: opts.Region, Replicas: g.members.Replicas,
 	})
-	if g.routes != nil {
-		g.handler = proxy.New(proxy.Options{
-			Routes: g.routes.Current, Decider: g.engine, Identity: resolver,
+	if g.routes != nil || g.httpRoutes != nil {
+		po := proxy.Options{
+			Decider: g.engine, Identity: resolver,
 			Metrics: g.metrics, IETFHeaders: opts.IETFHeaders, Logger: log.WithName("proxy"),
 			UpstreamTimeout: opts.UpstreamTimeout, ClientBodyTimeout: opts.ClientBodyTimeout, Failures: opts.failureLimiter(),
-		})
+		}
+		if g.httpRoutes != nil {
+			po.HTTPRoutes = g.httpRoutes.Current
+		} else {
+			po.Routes = g.routes.Current
+		}
+		g.handler = proxy.New(po)
 	}
 	if opts.RLSListen != "" {
 		rlsOpts := rls.Options{
@@ -192,6 +201,15 @@ func (g *Gateway) close() {
 	}
 }
 
+// HTTPRoutes is the Gateway API route table in force (nil without
+// --gateway-api).
+func (g *Gateway) HTTPRoutes() *httproutes.Table {
+	if g.httpRoutes == nil {
+		return nil
+	}
+	return g.httpRoutes.Current()
+}
+
 // Addr is the proxy's listening address ("" without --routes).
 func (g *Gateway) Addr() string {
 	if g.proxyLn == nil {
@@ -219,7 +237,7 @@ func (g *Gateway) AdminAddr() string {
 
 // Ready reports whether the gateway serves with a loaded rule snapshot.
 func (g *Gateway) Ready() bool {
-	return g.listening.Load() && !g.stopping.Load() && g.store.Loaded()
+	return g.listening.Load() && !g.stopping.Load() && g.store.Loaded() && (g.httpRoutes == nil || g.httpRoutes.Loaded())
 }
 
 // Replicas is the replica count the fallback uses.

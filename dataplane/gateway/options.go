@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/dataplane/redisconf"
 	"github.com/tollgate-dev/tollgate/internal/kubeconfig"
+	"github.com/tollgate-dev/tollgate/pkg/routetable"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -47,6 +48,8 @@ type Options struct {
 	RLSClientCA    string
 
 	RoutesFile  string
+	GatewayAPI  bool
+	RouteTable  string
 	RulesPath   string
 	APIKeysFile string
 	Identity    string
@@ -127,6 +130,10 @@ func (o *Options) addServingFlags(fs *pflag.FlagSet) {
 // addInputFlags registers the flags of what the gateway reads (routes, rules, API keys), how a request finds its tenant, and the response headers.
 func (o *Options) addInputFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.RoutesFile, "routes", "", "Route file (YAML): id, methods, path or pathPrefix, upstream per route. Reloaded on change. Required, unless --rls-listen is set (then without it no HTTP proxy runs).")
+	fs.BoolVar(&o.GatewayAPI, "gateway-api", false,
+		"Gateway API mode: serve the HTTPRoutes attached to this installation's Gateways, as compiled by the controller into the ConfigMap --route-table in --snapshot-namespace "+
+			"(watched live; a ConfigMap that does not decode leaves the last good table in force). Instead of --routes; needs Kubernetes (no --rules).")
+	fs.StringVar(&o.RouteTable, "route-table", routetable.DefaultName, "With --gateway-api: name of the route table ConfigMap the controller writes.")
 	fs.StringVar(&o.RulesPath, "rules", "",
 		"Standalone mode: a RateLimitRule manifest file or directory (the YAML users kubectl apply), reloaded on change. "+
 			"Without it the gateway reads the controller's snapshot ConfigMaps from Kubernetes.")
@@ -206,8 +213,14 @@ func (o *Options) addTimeoutFlags(fs *pflag.FlagSet) {
 // Validate checks the options.
 func (o *Options) Validate() error {
 	switch {
-	case o.RoutesFile == "" && o.RLSListen == "":
-		return fmt.Errorf("--routes is required (or --rls-listen, to serve only the Envoy rate limit service)")
+	case o.GatewayAPI && o.RoutesFile != "":
+		return fmt.Errorf("--gateway-api and --routes exclude each other: routes come either from HTTPRoutes or from a routes file")
+	case o.GatewayAPI && o.RulesPath != "":
+		return fmt.Errorf("--gateway-api needs Kubernetes: rules then come from the controller's snapshot, not --rules")
+	case o.GatewayAPI && o.RouteTable == "":
+		return fmt.Errorf("--route-table must not be empty with --gateway-api")
+	case o.RoutesFile == "" && !o.GatewayAPI && o.RLSListen == "":
+		return fmt.Errorf("--routes is required (or --gateway-api, or --rls-listen to serve only the Envoy rate limit service)")
 	case o.RLSDomainsFile != "" && o.RLSListen == "":
 		return fmt.Errorf("--rls-domains needs --rls-listen")
 	case o.DefaultCapacity < 1 || o.DefaultCapacity > snapshot.MaxCapacity:
@@ -259,7 +272,7 @@ func (o *Options) Validate() error {
 func (o *Options) validateIdentity() error {
 	switch o.Identity {
 	case IdentityMapped:
-		if o.APIKeysFile == "" && o.RoutesFile != "" {
+		if o.APIKeysFile == "" && (o.RoutesFile != "" || o.GatewayAPI) {
 			return fmt.Errorf("--api-keys-file is required: with --identity=mapped (the default) the proxy maps API keys to tenants " +
 				"and refuses unknown keys; on a trusted network behind an authenticating proxy, --identity=header-is-tenant " +
 				"takes the X-Api-Key value as the tenant id instead")

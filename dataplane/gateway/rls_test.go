@@ -503,7 +503,10 @@ func TestRLSOptions(t *testing.T) {
 		edit func(*gateway.Options)
 		want string
 	}{
-		{"neither routes nor RLS", func(o *gateway.Options) { o.RoutesFile = "" }, "--routes is required (or --rls-listen"},
+		{"neither routes nor RLS", func(o *gateway.Options) { o.RoutesFile = "" }, "--routes is required (or --gateway-api, or --rls-listen"},
+		{"Gateway API and routes", func(o *gateway.Options) { o.GatewayAPI, o.RouteTable = true, "t" }, "--gateway-api and --routes exclude each other"},
+		{"Gateway API standalone", func(o *gateway.Options) { o.GatewayAPI, o.RouteTable, o.RoutesFile, o.RulesPath = true, "t", "", "x" },
+			"--gateway-api needs Kubernetes"},
 		{"domains without RLS", func(o *gateway.Options) { o.RLSDomainsFile = "x.yaml" }, "--rls-domains needs --rls-listen"},
 		{"missing domains file", func(o *gateway.Options) {
 			o.RLSListen, o.RLSDomainsFile = "127.0.0.1:0", e.dir+"/none.yaml"

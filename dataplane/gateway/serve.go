@@ -47,6 +47,9 @@ func (g *Gateway) loops() []loop {
 	if g.cms != nil {
 		ls = append(ls, loop{"rule snapshot ConfigMaps", g.cms.Run})
 	}
+	if g.httpRoutes != nil {
+		ls = append(ls, loop{"HTTPRoute table ConfigMap", g.httpRoutes.Run})
+	}
 	if g.rls != nil {
 		ls = append(ls, loop{"gRPC health", quiet(g.followHealth)})
 	}

@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/tollgate-dev/tollgate/dataplane/httproutes"
 	"github.com/tollgate-dev/tollgate/dataplane/identity"
 	"github.com/tollgate-dev/tollgate/dataplane/membership"
 	"github.com/tollgate-dev/tollgate/dataplane/rls"
@@ -101,6 +102,16 @@ func (g *Gateway) connectKubernetes() error {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	g.cms = newConfigMapSource(g)
+	if g.opts.GatewayAPI {
+		g.httpRoutes = httproutes.NewSource(g.kube, httproutes.SourceOptions{
+			Namespace: g.opts.SnapshotNamespace, Name: g.opts.RouteTable,
+			OnReload: func(t *httproutes.Table) { g.log.Info("HTTPRoute table loaded", "rules", t.Len()) },
+			OnError: func(err error) {
+				g.metrics.ReloadErrors.WithLabelValues("httproutes").Inc()
+				g.log.Error(err, "HTTPRoute table problem; the last good table stays in use")
+			},
+		})
+	}
 	identity := g.opts.PodName
 	if identity == "" {
 		identity, _ = os.Hostname()

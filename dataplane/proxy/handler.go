@@ -15,6 +15,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/dataplane/decision"
 	"github.com/tollgate-dev/tollgate/dataplane/httpguard"
+	"github.com/tollgate-dev/tollgate/dataplane/httproutes"
 	"github.com/tollgate-dev/tollgate/dataplane/identity"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
@@ -27,6 +28,9 @@ import (
 type Options struct {
 	// Routes returns the current route table; called once per request.
 	Routes func() *routes.Table
+	// HTTPRoutes, when set instead of Routes, returns the current Gateway
+	// API route table (the controller's compiled HTTPRoutes).
+	HTTPRoutes func() *httproutes.Table
 	// Decider decides for a tenant and route; with a limiter.Failover
 	// underneath it never returns errors.
 	Decider Decider
@@ -62,6 +66,8 @@ type Handler struct {
 	opts      Options
 	upstreams *upstreams
 	log       *ratelog.Logger
+	// gwUpstreams are the forwarding states of HTTPRoute rules.
+	gwUpstreams *gatewayUpstreams
 
 	failuresMissing, failuresInvalid, failuresUnknown, failuresLimited prometheus.Counter
 }
@@ -72,6 +78,7 @@ func New(opts Options) *Handler {
 	f := opts.Metrics.IdentityFailures
 	return &Handler{
 		opts: opts, upstreams: newUpstreams(opts.Metrics, log, opts.UpstreamTimeout), log: log,
+		gwUpstreams:     &gatewayUpstreams{},
 		failuresMissing: f.WithLabelValues(metrics.IdentityMissing), failuresInvalid: f.WithLabelValues(metrics.IdentityInvalid),
 		failuresUnknown: f.WithLabelValues(metrics.IdentityUnknown), failuresLimited: f.WithLabelValues(metrics.IdentityLimited),
 	}
@@ -85,22 +92,28 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
 	}
 	body := h.boundBody(w, r)
-	table := h.opts.Routes()
-	match := table.Lookup(r.Method, r.Host, r.URL.Path)
-	if match.Route == nil {
-		if match.MethodNotAllowed {
-			w.Header()["Allow"] = match.Allow
-			h.reply(w, "none", http.StatusMethodNotAllowed, "method not allowed on this route")
+	var up *upstream
+	if h.opts.HTTPRoutes != nil {
+		if up, r = h.routeGatewayAPI(w, r); up == nil {
 			return
 		}
-		h.reply(w, "none", http.StatusNotFound, "no route matches this request")
-		return
+	} else {
+		table := h.opts.Routes()
+		match := table.Lookup(r.Method, r.Host, r.URL.Path)
+		if match.Route == nil {
+			if match.MethodNotAllowed {
+				w.Header()["Allow"] = match.Allow
+				h.reply(w, "none", http.StatusMethodNotAllowed, "method not allowed on this route")
+				return
+			}
+			h.reply(w, "none", http.StatusNotFound, "no route matches this request")
+			return
+		}
+		up = h.upstreams.get(table, match.Route)
 	}
-	route := match.Route
-	up := h.upstreams.get(table, route)
 
 	if wait, blocked := h.opts.Failures.Blocked(r.RemoteAddr); blocked {
-		h.refuseFailures(w, route.ID, wait)
+		h.refuseFailures(w, up.id, wait)
 		return
 	}
 	key, err := identity.APIKey(r.Header)
@@ -112,7 +125,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if wait, ok := h.opts.Failures.Fail(r.RemoteAddr); !ok {
-		h.refuseFailures(w, route.ID, wait)
+		h.refuseFailures(w, up.id, wait)
 		return
 	}
 	h.failures(err).Inc()
@@ -120,7 +133,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `ApiKey header="X-Api-Key"`)
 	}
-	h.reply(w, route.ID, status, errorText(err))
+	h.reply(w, up.id, status, errorText(err))
 }
 
 // refuseFailures answers a client address that has spent its failed
@@ -144,14 +157,14 @@ func (h *Handler) failures(err error) prometheus.Counter {
 
 // limitAndForward asks the limiter and forwards or rejects.
 func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *upstream, tenant string, body *deadlineBody) {
-	d, rule, err := h.opts.Decider.Decide(r.Context(), tenant, up.route.ID, 1)
+	d, rule, err := h.opts.Decider.Decide(r.Context(), tenant, up.id, 1)
 	if err != nil {
 		// Only a limiter without a Failover returns errors.
-		h.log.Error(err, "limiter failed", "route", up.route.ID)
-		h.reply(w, up.route.ID, http.StatusServiceUnavailable, "rate limiter unavailable")
+		h.log.Error(err, "limiter failed", "route", up.id)
+		h.reply(w, up.id, http.StatusServiceUnavailable, "rate limiter unavailable")
 		return
 	}
-	setLimitHeaders(w.Header(), up.route.ID, rule, d, h.opts.IETFHeaders)
+	setLimitHeaders(w.Header(), up.id, rule, d, h.opts.IETFHeaders)
 	switch {
 	case d.Allowed:
 		up.count(metrics.Allowed, d.Source)
@@ -161,12 +174,12 @@ func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *up
 	case d.Source == limiter.SourceFailClosed:
 		up.count(metrics.Rejected, d.Source)
 		setRetryAfter(w.Header(), d)
-		h.reply(w, up.route.ID, http.StatusServiceUnavailable, "rate limiter unavailable and the rule fails closed")
+		h.reply(w, up.id, http.StatusServiceUnavailable, "rate limiter unavailable and the rule fails closed")
 		return
 	default:
 		up.count(metrics.Rejected, d.Source)
 		setRetryAfter(w.Header(), d)
-		h.reply(w, up.route.ID, http.StatusTooManyRequests, "rate limit exceeded")
+		h.reply(w, up.id, http.StatusTooManyRequests, "rate limit exceeded")
 		return
 	}
 	if body != nil {

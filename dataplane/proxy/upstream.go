@@ -24,8 +24,10 @@ const logInterval = 10 * time.Second
 // upstream is the forwarding state of one route: its reverse proxy and its
 // metric series, resolved once so the request path does no label lookups.
 type upstream struct {
-	route     *routes.Route
-	proxy     *httputil.ReverseProxy
+	// id is the route id: the routes file's id, or the HTTPRoute rule's
+	// (routetable.RuleID).
+	id        string
+	proxy     http.Handler
 	decisions *metrics.DecisionCounters
 }
 
@@ -88,34 +90,39 @@ type classCounters [6]prometheus.Counter
 // build makes the upstream of route r: its reverse proxy, with the
 // transport for its timeout, and its counters.
 func (u *upstreams) build(r *routes.Route) *upstream {
-	up := &upstream{route: r, decisions: u.metrics.DecisionCounters(r.ID, numSources, sourceName)}
+	return u.buildWith(r.ID, r.Timeout, func(pr *httputil.ProxyRequest) {
+		pr.Out.URL.Scheme = r.Upstream.Scheme
+		pr.Out.URL.Host = r.Upstream.Host
+		pr.Out.URL.Path = r.UpstreamPath(pr.In.URL.Path)
+		pr.Out.URL.RawPath = ""
+		pr.Out.Host = ""
+		pr.SetXForwarded()
+	})
+}
+
+// buildWith builds the upstream of route id: a reverse proxy with rewrite,
+// the response-header timeout (0: the default) and the route's counters.
+func (u *upstreams) buildWith(id string, timeout time.Duration, rewrite func(*httputil.ProxyRequest)) *upstream {
+	up := &upstream{id: id, decisions: u.metrics.DecisionCounters(id, numSources, sourceName)}
 	// The upstream's answers, and the 502/504 written when it failed; a
 	// client too slow to send its body gets the gateway's own 408.
 	var classes classCounters
 	for c := 1; c <= 5; c++ {
-		classes[c] = u.metrics.Responses.WithLabelValues(r.ID, codeClass(c*100), metrics.OriginUpstream)
+		classes[c] = u.metrics.Responses.WithLabelValues(id, codeClass(c*100), metrics.OriginUpstream)
 	}
-	clientTimeout := u.metrics.Responses.WithLabelValues(r.ID, codeClass(http.StatusRequestTimeout), metrics.OriginGateway)
+	clientTimeout := u.metrics.Responses.WithLabelValues(id, codeClass(http.StatusRequestTimeout), metrics.OriginGateway)
 	// The gateway's own 5xx of the route, at 0 before the first: a counter
 	// born at 1 shows no increase to Prometheus's rate().
-	u.metrics.Responses.WithLabelValues(r.ID, codeClass(http.StatusServiceUnavailable), metrics.OriginGateway)
-	observe := u.metrics.UpstreamDuration.WithLabelValues(r.ID)
+	u.metrics.Responses.WithLabelValues(id, codeClass(http.StatusServiceUnavailable), metrics.OriginGateway)
+	observe := u.metrics.UpstreamDuration.WithLabelValues(id)
 	u.mu.Lock()
-	timeout := r.Timeout
 	if timeout == 0 {
 		timeout = u.timeout
 	}
 	transport := u.transport(timeout)
 	u.mu.Unlock()
 	up.proxy = &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = r.Upstream.Scheme
-			pr.Out.URL.Host = r.Upstream.Host
-			pr.Out.URL.Path = r.UpstreamPath(pr.In.URL.Path)
-			pr.Out.URL.RawPath = ""
-			pr.Out.Host = ""
-			pr.SetXForwarded()
-		},
+		Rewrite:   rewrite,
 		Transport: timedTransport{base: transport, observe: observe},
 		// No periodic flush: ReverseProxy already flushes every write of a
 		// streamed response (unknown length, or text/event-stream), and a
@@ -125,7 +132,7 @@ func (u *upstreams) build(r *routes.Route) *upstream {
 		// the bench profile.)
 		BufferPool:     &u.buffers,
 		ModifyResponse: classes.modifyResponse,
-		ErrorHandler:   u.errorHandler(r.ID, &classes, clientTimeout),
+		ErrorHandler:   u.errorHandler(id, &classes, clientTimeout),
 	}
 	return up
 }

@@ -68,7 +68,7 @@ spec:
 // namespaces the renders install into. Pod Security "restricted" is enforced
 // and warned about, so a pod template that breaks it shows up as a warning
 // of the dry run (the API server checks workload templates too).
-var namespaces = []string{"tollgate-system", "edge-system", "team-a", "team-b", "psa-check"}
+var namespaces = []string{"tollgate-system", "edge-system", "gw-system", "team-a", "team-b", "psa-check"}
 
 func namespaceManifests() string {
 	var b strings.Builder
@@ -114,6 +114,12 @@ func TestAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The Gateway API CRDs, which a cluster provides for gatewayAPI.enabled.
+	gwDir, err := run(root, nil, nil, "go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.CRDDirectoryPaths = append(env.CRDDirectoryPaths, filepath.Join(strings.TrimSpace(gwDir), "config", "crd", "standard"))
 	if _, err := env.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +198,7 @@ func TestAPIServer(t *testing.T) {
 			if !strings.Contains(out, "STATUS: deployed") {
 				t.Errorf("helm install did not deploy:\n%s", out)
 			}
-			fullname := map[string]string{"default": "tollgate", "full": "edge-tollgate"}[v.name]
+			fullname := map[string]string{"default": "tollgate", "full": "edge-tollgate", "gatewayapi": "gw-tollgate"}[v.name]
 			if _, _, err := kc("", "-n", v.namespace, "get", "deployment/"+fullname+"-gateway",
 				"deployment/"+fullname+"-controller", "configmap/"+fullname+"-routes"); err != nil {
 				t.Error(err)

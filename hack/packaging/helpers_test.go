@@ -118,6 +118,8 @@ var valueSets = []valueSet{
 	{name: "default", release: "tollgate", namespace: "tollgate-system"},
 	// Release "edge": the fullname is "edge-tollgate".
 	{name: "full", release: "edge", namespace: "edge-system", valuesFile: "values-full.yaml"},
+	// Gateway API mode (gatewayAPI.enabled), release "gw": "gw-tollgate".
+	{name: "gatewayapi", release: "gw", namespace: "gw-system", valuesFile: "values-gatewayapi.yaml"},
 }
 
 func (v valueSet) args() []string {

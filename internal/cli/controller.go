@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/controllers"
@@ -69,6 +70,14 @@ rules changed, and never touching ConfigMaps it does not own. Each rule's
 status reports Accepted, Programmed (with the snapshot version it was
 published in, or reason PublishFailed) and Ready.
 
+With --gateway-api it is also a Gateway API implementation for HTTP: it
+accepts the GatewayClasses whose controllerName is
+tollgate.dev/gateway-controller, compiles the HTTPRoutes attached to their
+Gateways (backends resolved to ready EndpointSlice addresses) into the
+ConfigMap --route-table that gateways started with --gateway-api load live,
+writes the status of GatewayClasses, Gateways and HTTPRoutes, and resolves
+RateLimitRules' spec.targetRef to the rules of an HTTPRoute.
+
 Serves Prometheus metrics on --metrics-bind-address and /healthz, /readyz on
 --health-probe-bind-address. With --leader-elect (default) only one replica
 writes at a time.`,
@@ -92,7 +101,7 @@ func runController(cmd *cobra.Command, o *controllerOptions) error {
 	if err != nil {
 		return err
 	}
-	scheme, err := newScheme()
+	scheme, err := newScheme(o.ctrl.GatewayAPI)
 	if err != nil {
 		return err
 	}
@@ -137,14 +146,20 @@ func runController(cmd *cobra.Command, o *controllerOptions) error {
 	return nil
 }
 
-// newScheme knows the Kubernetes types and tollgate's.
-func newScheme() (*runtime.Scheme, error) {
+// newScheme knows the Kubernetes types and tollgate's (and, in Gateway API
+// mode, the Gateway API's).
+func newScheme(gatewayAPI bool) (*runtime.Scheme, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
+	}
+	if gatewayAPI {
+		if err := gwv1.Install(scheme); err != nil {
+			return nil, err
+		}
 	}
 	return scheme, nil
 }

@@ -232,6 +232,11 @@ var (
 
 // FromSpec compiles a RateLimitRule's spec. source names the object.
 func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
+	if spec.TargetRef != nil {
+		// The controller resolves targetRef into route ids (one per HTTPRoute
+		// rule) before compiling; a routes file has no HTTPRoutes.
+		return Rule{}, fmt.Errorf("%s: spec.targetRef names an HTTPRoute, which only the controller in Gateway API mode resolves; use spec.route with a routes file", source)
+	}
 	tokens, period, ok := spec.RefillRate()
 	if !ok {
 		return Rule{}, fmt.Errorf("%s: exactly one of spec.refillPerSecond and spec.refill must be set", source)

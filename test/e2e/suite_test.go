@@ -27,6 +27,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
@@ -72,11 +73,14 @@ var _ = BeforeSuite(func() {
 	By("starting kube-apiserver and etcd")
 	testEnv, err = envtestutil.NewEnvironment()
 	Expect(err).NotTo(HaveOccurred())
+	// The Gateway API's standard CRDs, as shipped in its module.
+	testEnv.CRDDirectoryPaths = append(testEnv.CRDDirectoryPaths, gatewayAPICRDs())
 	cfg, err := testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
 	scheme := runtime.NewScheme()
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
 	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
+	Expect(gwv1.Install(scheme)).To(Succeed())
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	kubeconfig, err = envtestutil.WriteKubeconfig(testEnv, workDir)
@@ -237,7 +241,7 @@ func startUpstream() string {
 func startController() *proc {
 	probe := freePort()
 	p := startProc("controller", binary, "controller", "--kubeconfig", kubeconfig, "--snapshot-namespace", namespace,
-		"--leader-elect=false", "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort()),
+		"--leader-elect=false", "--gateway-api", "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort()),
 		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probe), "--log-level", "debug")
 	Eventually(func() int { return httpStatus(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe)) }, 30*time.Second).Should(Equal(200), p.logTail)
 	return p
@@ -311,4 +315,12 @@ func metric(url, name string, labels ...string) float64 {
 		}
 	}
 	return sum
+}
+
+// gatewayAPICRDs is the directory of the Gateway API's standard-channel CRDs
+// in the module cache (the version in go.mod).
+func gatewayAPICRDs() string {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
+	Expect(err).NotTo(HaveOccurred())
+	return filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "standard")
 }

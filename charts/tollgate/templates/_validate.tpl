@@ -24,6 +24,12 @@ a crash-looping pod. Included once, from gateway-deployment.yaml.
 {{- if and (eq .Values.gateway.identity "header-is-tenant") .Values.gateway.apiKeys.existingSecret }}
 {{- fail "gateway.apiKeys.existingSecret needs gateway.identity: mapped (with header-is-tenant the X-Api-Key value is the tenant id and no key is looked up)" }}
 {{- end }}
+{{- if and .Values.gatewayAPI.enabled .Values.gateway.routes }}
+{{- fail "gateway.routes must be empty with gatewayAPI.enabled: routes then come from HTTPRoutes" }}
+{{- end }}
+{{- if and .Values.gatewayAPI.enabled (not .Values.controller.enabled) }}
+{{- fail "gatewayAPI.enabled needs controller.enabled: the controller compiles the HTTPRoutes" }}
+{{- end }}
 {{- $a := .Values.gateway.autoscaling }}
 {{- if $a.enabled }}
 {{- if gt (int $a.minReplicas) (int $a.maxReplicas) }}

@@ -1,0 +1,301 @@
+// Package httproutes serves a compiled Gateway API route table
+// (pkg/routetable) in the gateway: matching with the Gateway API's
+// precedence, backend and endpoint choice, and the live ConfigMap source.
+package httproutes
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"strings"
+	"sync/atomic"
+
+	"github.com/tollgate-dev/tollgate/pkg/routetable"
+)
+
+// Table is a route table ready for matching. It is immutable and safe for
+// concurrent use; a nil *Table matches nothing.
+//
+// Precedence follows the Gateway API (HTTPRoute spec): first the hostname
+// (an exact hostname before wildcards, a longer wildcard before a shorter
+// one, both before routes for every host); then, among the matches for that
+// hostname: an Exact path before a PathPrefix, a longer prefix before a
+// shorter one, a match with a method, more header matches, more query
+// matches, then the oldest HTTPRoute, then the HTTPRoute first by
+// "namespace/name", then rule and match order. A request that matches no
+// entry of a hostname tier is tried against the next, less specific, tier.
+type Table struct {
+	rules    []*Rule
+	exact    map[string][]*entry // host -> entries
+	wildcard map[string][]*entry // ".suffix" -> entries
+	any      []*entry
+}
+
+// Rule is one compiled rule with its serving state.
+type Rule struct {
+	routetable.Rule
+	// redirect is the rule's RequestRedirect filter, if any.
+	redirect *routetable.Filter
+	backends []*backend
+	total    int64 // sum of weights
+}
+
+// Redirect returns the rule's RequestRedirect filter, or nil.
+func (r *Rule) Redirect() *routetable.Filter { return r.redirect }
+
+type backend struct {
+	routetable.Backend
+	next atomic.Uint64 // round robin over Endpoints
+}
+
+type entry struct {
+	rule  *Rule
+	match *routetable.Match
+	// precedence keys
+	exact    bool
+	pathLen  int
+	method   bool
+	headers  int
+	query    int
+	created  int64
+	route    string
+	index    int
+	matchIdx int
+}
+
+// New indexes t for matching.
+func New(t *routetable.Table) *Table {
+	out := &Table{exact: map[string][]*entry{}, wildcard: map[string][]*entry{}}
+	if t == nil {
+		return out
+	}
+	for i := range t.Rules {
+		r := &Rule{Rule: t.Rules[i]}
+		for j := range r.Filters {
+			if r.Filters[j].Type == routetable.FilterRequestRedirect {
+				r.redirect = &r.Filters[j]
+			}
+		}
+		for _, b := range r.Backends {
+			r.backends = append(r.backends, &backend{Backend: b})
+			r.total += int64(b.Weight)
+		}
+		out.rules = append(out.rules, r)
+		for j := range r.Matches {
+			m := &r.Matches[j]
+			e := &entry{
+				rule: r, match: m, exact: m.PathType == routetable.PathExact, pathLen: len(m.PathValue),
+				method: m.Method != "", headers: len(m.Headers), query: len(m.Query),
+				created: r.Created, route: r.Route, index: r.Index, matchIdx: j,
+			}
+			if len(r.Hostnames) == 0 {
+				out.any = append(out.any, e)
+			}
+			for _, h := range r.Hostnames {
+				if strings.HasPrefix(h, "*.") {
+					out.wildcard[h[1:]] = append(out.wildcard[h[1:]], e)
+				} else {
+					out.exact[h] = append(out.exact[h], e)
+				}
+			}
+		}
+	}
+	for _, es := range out.exact {
+		sortEntries(es)
+	}
+	for _, es := range out.wildcard {
+		sortEntries(es)
+	}
+	sortEntries(out.any)
+	return out
+}
+
+func sortEntries(es []*entry) {
+	sort.SliceStable(es, func(i, j int) bool {
+		a, b := es[i], es[j]
+		switch {
+		case a.exact != b.exact:
+			return a.exact
+		case a.pathLen != b.pathLen:
+			return a.pathLen > b.pathLen
+		case a.method != b.method:
+			return a.method
+		case a.headers != b.headers:
+			return a.headers > b.headers
+		case a.query != b.query:
+			return a.query > b.query
+		case a.created != b.created:
+			return a.created < b.created
+		case a.route != b.route:
+			return a.route < b.route
+		case a.index != b.index:
+			return a.index < b.index
+		}
+		return a.matchIdx < b.matchIdx
+	})
+}
+
+// Len is the number of rules.
+func (t *Table) Len() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.rules)
+}
+
+// Result is a match.
+type Result struct {
+	Rule *Rule
+	// Match is the HTTPRouteMatch that matched (for ReplacePrefixMatch).
+	Match *routetable.Match
+}
+
+// Match finds the rule for a request. path is the unescaped request path;
+// paths with an empty, "." or ".." segment match nothing.
+func (t *Table) Match(r *http.Request) (Result, bool) {
+	if t == nil {
+		return Result{}, false
+	}
+	path := r.URL.Path
+	if path == "" {
+		path = "/"
+	}
+	if !cleanPath(path) {
+		return Result{}, false
+	}
+	host := requestHost(r.Host)
+	if e := first(t.exact[host], r, path); e != nil {
+		return Result{e.rule, e.match}, true
+	}
+	if len(t.wildcard) > 0 {
+		// Longest suffix first: ".b.example.com" before ".example.com".
+		for i := strings.IndexByte(host, '.'); i >= 0; {
+			if e := first(t.wildcard[host[i:]], r, path); e != nil {
+				return Result{e.rule, e.match}, true
+			}
+			j := strings.IndexByte(host[i+1:], '.')
+			if j < 0 {
+				break
+			}
+			i += 1 + j
+		}
+	}
+	if e := first(t.any, r, path); e != nil {
+		return Result{e.rule, e.match}, true
+	}
+	return Result{}, false
+}
+
+func first(es []*entry, r *http.Request, path string) *entry {
+	var query map[string][]string
+	for _, e := range es {
+		m := e.match
+		if m.PathType == routetable.PathExact {
+			if path != m.PathValue {
+				continue
+			}
+		} else if !prefixMatch(m.PathValue, path) {
+			continue
+		}
+		if m.Method != "" && m.Method != r.Method {
+			continue
+		}
+		ok := true
+		for _, h := range m.Headers {
+			if v := r.Header.Values(h.Name); len(v) == 0 || v[0] != h.Value {
+				ok = false
+				break
+			}
+		}
+		if ok && len(m.Query) > 0 {
+			if query == nil {
+				query = r.URL.Query()
+			}
+			for _, q := range m.Query {
+				if v := query[q.Name]; len(v) == 0 || v[0] != q.Value {
+					ok = false
+					break
+				}
+			}
+		}
+		if ok {
+			return e
+		}
+	}
+	return nil
+}
+
+// Pick chooses a backend by weight and one of its endpoints. ok is false
+// when the request must be answered 500 (no backend, all weights zero, or
+// the chosen reference did not resolve); endpoint is "" when the backend has
+// no ready endpoint (503).
+func (r *Rule) Pick() (b *routetable.Backend, endpoint string, ok bool) {
+	if r.total <= 0 {
+		return nil, "", false
+	}
+	n := rand.Int64N(r.total)
+	var chosen *backend
+	for _, be := range r.backends {
+		if n < int64(be.Weight) {
+			chosen = be
+			break
+		}
+		n -= int64(be.Weight)
+	}
+	if chosen.Error != "" {
+		return &chosen.Backend, "", false
+	}
+	if len(chosen.Endpoints) == 0 {
+		return &chosen.Backend, "", true
+	}
+	i := chosen.next.Add(1) - 1
+	return &chosen.Backend, chosen.Endpoints[i%uint64(len(chosen.Endpoints))], true
+}
+
+// prefixMatch reports whether path is prefix or below it, segment-aware.
+// prefix has no trailing slash unless it is "/".
+func prefixMatch(prefix, path string) bool {
+	if prefix == "/" {
+		return true
+	}
+	return strings.HasPrefix(path, prefix) && (len(path) == len(prefix) || path[len(prefix)] == '/')
+}
+
+// cleanPath reports whether p starts with "/" and has no empty, "." or ".."
+// segment; a trailing slash is allowed.
+func cleanPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	start := 1
+	for i := 1; i <= len(p); i++ {
+		if i < len(p) && p[i] != '/' {
+			continue
+		}
+		switch p[start:i] {
+		case ".", "..":
+			return false
+		case "":
+			if i < len(p) {
+				return false
+			}
+		}
+		start = i + 1
+	}
+	return true
+}
+
+// requestHost lower-cases a request Host and strips its port and a
+// trailing dot.
+func requestHost(h string) string {
+	if strings.HasPrefix(h, "[") {
+		if i := strings.IndexByte(h, ']'); i > 0 {
+			return strings.ToLower(h[:i+1])
+		}
+		return h
+	}
+	if i := strings.LastIndexByte(h, ':'); i >= 0 {
+		h = h[:i]
+	}
+	return strings.ToLower(strings.TrimSuffix(h, "."))
+}

@@ -1,0 +1,125 @@
+package httproutes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/tollgate-dev/tollgate/pkg/routetable"
+)
+
+// SourceOptions configure a Source.
+type SourceOptions struct {
+	// Namespace and Name of the route table ConfigMap. Required.
+	Namespace, Name string
+	// OnReload is called after a new table is swapped in.
+	OnReload func(*Table)
+	// OnError is called when the ConfigMap cannot be decoded (the last good
+	// table stays in use) or watching fails.
+	OnError func(error)
+}
+
+// Source keeps the current table loaded from the route table ConfigMap that
+// the controller writes. A ConfigMap that does not decode is refused and the
+// last good table stays in force; a deleted ConfigMap leaves the last table
+// in force too (the controller writes it back).
+type Source struct {
+	client kubernetes.Interface
+	opts   SourceOptions
+	cur    atomic.Pointer[Table]
+	loaded atomic.Bool
+
+	mu sync.Mutex
+	rv string
+}
+
+// NewSource returns a source; Run starts it.
+func NewSource(client kubernetes.Interface, opts SourceOptions) *Source {
+	s := &Source{client: client, opts: opts}
+	s.cur.Store(New(nil))
+	return s
+}
+
+// Current returns the table in force (empty until the first load).
+func (s *Source) Current() *Table { return s.cur.Load() }
+
+// Loaded reports whether a table was loaded.
+func (s *Source) Loaded() bool { return s.loaded.Load() }
+
+// Run watches the ConfigMap until ctx ends.
+func (s *Source) Run(ctx context.Context) error {
+	if s.opts.Namespace == "" || s.opts.Name == "" {
+		return errors.New("route table source: Namespace and Name are required")
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(s.client, 10*time.Minute,
+		informers.WithNamespace(s.opts.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.opts.Name).String()
+		}),
+	)
+	inf := factory.Core().V1().ConfigMaps().Informer()
+	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+			return
+		}
+		s.report(fmt.Errorf("watching route table ConfigMap %s/%s: %w", s.opts.Namespace, s.opts.Name, err))
+	}); err != nil {
+		return err
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.upsert,
+		UpdateFunc: func(_, obj any) { s.upsert(obj) },
+	}); err != nil {
+		return err
+	}
+	factory.StartWithContext(ctx)
+	defer factory.Shutdown()
+	<-ctx.Done()
+	return nil
+}
+
+func (s *Source) upsert(obj any) {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cm.ResourceVersion == s.rv {
+		return
+	}
+	s.rv = cm.ResourceVersion
+	t, err := routetable.FromConfigMap(cm)
+	if err != nil {
+		what := "no route table is loaded yet"
+		if s.loaded.Load() {
+			what = "the last good route table stays in use"
+		}
+		s.report(fmt.Errorf("route table ConfigMap %s/%s rejected, %s: %w", cm.Namespace, cm.Name, what, err))
+		return
+	}
+	table := New(t)
+	s.cur.Store(table)
+	s.loaded.Store(true)
+	if s.opts.OnReload != nil {
+		s.opts.OnReload(table)
+	}
+}
+
+func (s *Source) report(err error) {
+	if s.opts.OnError != nil {
+		s.opts.OnError(err)
+	}
+}

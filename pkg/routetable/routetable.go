@@ -1,0 +1,288 @@
+// Package routetable is the compiled Gateway API route table: what the
+// controller makes of the HTTPRoutes attached to tollgate's Gateways (with
+// their backends resolved to endpoint addresses), and what gateways load from
+// the route table ConfigMap to serve them. Like pkg/snapshot it is the format
+// both halves share; matching lives in dataplane/httproutes.
+package routetable
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+)
+
+// ConfigMap layout of a route table.
+const (
+	// DataKey is the binaryData key holding the gzipped JSON table.
+	DataKey = "httproutes.json.gz"
+	// LabelRouteTable marks route table ConfigMaps; its value is the table
+	// name (the ConfigMap name).
+	LabelRouteTable = "ratelimit.tollgate.dev/route-table"
+	// AnnotationChecksum is the SHA-256 of the uncompressed JSON.
+	AnnotationChecksum = "ratelimit.tollgate.dev/checksum"
+	// AnnotationRules is the number of compiled HTTPRoute rules, for humans.
+	AnnotationRules = "ratelimit.tollgate.dev/rules"
+	// DefaultName is the default route table ConfigMap name.
+	DefaultName = "tollgate-httproutes"
+	// Format is the table format written and accepted.
+	Format = 1
+	// MaxCompressedBytes bounds the ConfigMap payload (the API server's
+	// object limit is 1 MiB).
+	MaxCompressedBytes = 900 << 10
+	// MaxDecodedBytes bounds the uncompressed JSON a reader accepts.
+	MaxDecodedBytes = 64 << 20
+)
+
+// ErrTooLarge is returned when a table does not fit in one ConfigMap.
+var ErrTooLarge = errors.New("route table too large for one ConfigMap")
+
+// Table is a compiled route table.
+type Table struct {
+	Format int    `json:"format"`
+	Rules  []Rule `json:"rules"`
+}
+
+// Rule is one HTTPRoute rule as attached to tollgate's listeners.
+type Rule struct {
+	// ID is the route id of the rule for rate limits and metrics; see RuleID.
+	ID string `json:"id"`
+	// Route is the HTTPRoute as "namespace/name".
+	Route string `json:"route"`
+	// Created is the HTTPRoute's creationTimestamp (Unix seconds), for
+	// precedence.
+	Created int64 `json:"created"`
+	// Index is the rule's position in the HTTPRoute.
+	Index int `json:"index"`
+	// Hostnames the rule serves: exact names or "*.suffix" wildcards, lower
+	// case; empty means every host.
+	Hostnames []string `json:"hostnames,omitempty"`
+	// Matches of the rule; a request matching any of them matches the rule.
+	// Never empty (the API defaults a rule without matches to PathPrefix /).
+	Matches []Match `json:"matches"`
+	// Filters are applied in order.
+	Filters []Filter `json:"filters,omitempty"`
+	// Backends, chosen by weight per request. A rule without backends and
+	// without a redirect answers 500.
+	Backends []Backend `json:"backends,omitempty"`
+	// RequestTimeoutMs bounds the whole request (timeouts.request); 0: none.
+	RequestTimeoutMs int64 `json:"requestTimeoutMs,omitempty"`
+	// BackendTimeoutMs bounds the wait for the backend's response headers
+	// (timeouts.backendRequest); 0: the gateway's default.
+	BackendTimeoutMs int64 `json:"backendTimeoutMs,omitempty"`
+}
+
+// Path match types.
+const (
+	PathExact  = "Exact"
+	PathPrefix = "PathPrefix"
+)
+
+// Match is one HTTPRouteMatch.
+type Match struct {
+	// PathType is PathExact or PathPrefix; PathValue starts with "/". A
+	// prefix is stored without its trailing slash, except "/".
+	PathType  string `json:"pathType"`
+	PathValue string `json:"path"`
+	// Method, when set, must equal the request's.
+	Method string `json:"method,omitempty"`
+	// Headers must all be present with exactly these values; names are
+	// lower case.
+	Headers []NameValue `json:"headers,omitempty"`
+	// Query parameters must all be present with exactly these values.
+	Query []NameValue `json:"query,omitempty"`
+}
+
+// NameValue is a header or query parameter.
+type NameValue struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Filter types.
+const (
+	FilterRequestHeaderModifier = "RequestHeaderModifier"
+	FilterRequestRedirect       = "RequestRedirect"
+	FilterURLRewrite            = "URLRewrite"
+)
+
+// Path modifier types.
+const (
+	ReplaceFullPath    = "ReplaceFullPath"
+	ReplacePrefixMatch = "ReplacePrefixMatch"
+)
+
+// Filter is one supported HTTPRouteFilter.
+type Filter struct {
+	Type string `json:"type"`
+	// RequestHeaderModifier.
+	Set    []NameValue `json:"set,omitempty"`
+	Add    []NameValue `json:"add,omitempty"`
+	Remove []string    `json:"remove,omitempty"`
+	// RequestRedirect and URLRewrite: "" means unchanged.
+	Scheme     string `json:"scheme,omitempty"`
+	Hostname   string `json:"hostname,omitempty"`
+	Port       int32  `json:"port,omitempty"`
+	StatusCode int    `json:"statusCode,omitempty"`
+	// PathType is ReplaceFullPath or ReplacePrefixMatch ("" leaves the path).
+	PathType  string `json:"pathType,omitempty"`
+	PathValue string `json:"pathValue,omitempty"`
+}
+
+// Backend is one backendRef, resolved.
+type Backend struct {
+	// Name is "namespace/service:port", for logs.
+	Name   string `json:"name"`
+	Weight int32  `json:"weight"`
+	// Endpoints are the ready endpoint addresses ("ip:port").
+	Endpoints []string `json:"endpoints,omitempty"`
+	// Error, when set, is why the reference did not resolve: requests
+	// sent to this backend are answered 500.
+	Error string `json:"error,omitempty"`
+}
+
+// RuleID is the route id of rule of HTTPRoute namespace/name: the
+// rule's name (section) or, for an unnamed rule, its index. Ids are
+// "<namespace>_<name>_<section>" or "<namespace>_<name>__<index>" ('_'
+// occurs in none of the parts), shortened with a hash suffix when longer than
+// v1alpha1.MaxIdentifierLength.
+func RuleID(namespace, name, section string, index int) string {
+	id := namespace + "_" + name + "_"
+	if section != "" {
+		id += section
+	} else {
+		id += "_" + strconv.Itoa(index)
+	}
+	if len(id) <= v1alpha1.MaxIdentifierLength {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return strings.TrimRight(id[:v1alpha1.MaxIdentifierLength-13], "._-") + "-" + hex.EncodeToString(sum[:])[:12]
+}
+
+// Encode returns the table's JSON and its checksum.
+func (t *Table) Encode() ([]byte, string, error) {
+	t.Format = Format
+	b, err := json.Marshal(t)
+	if err != nil {
+		return nil, "", err
+	}
+	sum := sha256.Sum256(b)
+	return b, hex.EncodeToString(sum[:]), nil
+}
+
+// ConfigMap returns the table as the ConfigMap namespace/name.
+func (t *Table) ConfigMap(namespace, name string) (*corev1.ConfigMap, error) {
+	raw, sum, err := t.Encode()
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if _, err := zw.Write(raw); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	if buf.Len() > MaxCompressedBytes {
+		return nil, fmt.Errorf("%w: %d compressed bytes for %d rules, at most %d", ErrTooLarge, buf.Len(), len(t.Rules), MaxCompressedBytes)
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: namespace,
+			Labels: map[string]string{LabelRouteTable: name, "app.kubernetes.io/managed-by": "tollgate-controller"},
+			Annotations: map[string]string{
+				AnnotationChecksum: sum,
+				AnnotationRules:    strconv.Itoa(len(t.Rules)),
+			},
+		},
+		BinaryData: map[string][]byte{DataKey: buf.Bytes()},
+	}, nil
+}
+
+// FromConfigMap decodes and validates a route table ConfigMap.
+func FromConfigMap(cm *corev1.ConfigMap) (*Table, error) {
+	data, ok := cm.BinaryData[DataKey]
+	if !ok {
+		return nil, fmt.Errorf("binaryData key %s missing", DataKey)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", DataKey, err)
+	}
+	raw, err := io.ReadAll(io.LimitReader(zr, MaxDecodedBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", DataKey, err)
+	}
+	if len(raw) > MaxDecodedBytes {
+		return nil, fmt.Errorf("%s: more than %d bytes uncompressed", DataKey, MaxDecodedBytes)
+	}
+	if want := cm.Annotations[AnnotationChecksum]; want != "" {
+		sum := sha256.Sum256(raw)
+		if got := hex.EncodeToString(sum[:]); got != want {
+			return nil, fmt.Errorf("checksum %s does not match annotation %s", got, want)
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var t Table
+	if err := dec.Decode(&t); err != nil {
+		return nil, fmt.Errorf("%s: %w", DataKey, err)
+	}
+	if t.Format != Format {
+		return nil, fmt.Errorf("format %d, this gateway reads format %d", t.Format, Format)
+	}
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// Validate checks what the data plane relies on.
+func (t *Table) Validate() error {
+	for i := range t.Rules {
+		r := &t.Rules[i]
+		if !v1alpha1.ValidIdentifier(r.ID) {
+			return fmt.Errorf("rules[%d]: id %q is not a valid route id", i, r.ID)
+		}
+		if len(r.Matches) == 0 {
+			return fmt.Errorf("rules[%d] (%s): no matches", i, r.ID)
+		}
+		for j, m := range r.Matches {
+			if m.PathType != PathExact && m.PathType != PathPrefix {
+				return fmt.Errorf("rules[%d].matches[%d]: path type %q", i, j, m.PathType)
+			}
+			if !strings.HasPrefix(m.PathValue, "/") {
+				return fmt.Errorf("rules[%d].matches[%d]: path %q does not start with /", i, j, m.PathValue)
+			}
+		}
+		for j, b := range r.Backends {
+			if b.Weight < 0 {
+				return fmt.Errorf("rules[%d].backends[%d]: negative weight", i, j)
+			}
+		}
+		for j, f := range r.Filters {
+			switch f.Type {
+			case FilterRequestHeaderModifier, FilterRequestRedirect, FilterURLRewrite:
+			default:
+				return fmt.Errorf("rules[%d].filters[%d]: unsupported type %q", i, j, f.Type)
+			}
+			if f.PathType != "" && f.PathType != ReplaceFullPath && f.PathType != ReplacePrefixMatch {
+				return fmt.Errorf("rules[%d].filters[%d]: path modifier %q", i, j, f.PathType)
+			}
+		}
+	}
+	return nil
+}
