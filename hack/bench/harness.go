@@ -18,9 +18,24 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/procs/kubeapi"
 )
 
-// buildFlags are `make build`'s (GO_BUILD_FLAGS, CGO_ENABLED=0); a test
-// keeps them in step with the Makefile.
-var buildFlags = []string{"-trimpath", "-ldflags", "-s -w"}
+// buildFlags are `make build`'s (GO_BUILD_FLAGS, CGO_ENABLED=0) for a
+// commit and build date; a test keeps them in step with the Makefile.
+func buildFlags(commit, date string) []string {
+	const v = "github.com/tollgate-dev/tollgate/internal/version"
+	return []string{"-trimpath", "-ldflags", "-s -w -X " + v + ".commit=" + commit + " -X " + v + ".buildDate=" + date}
+}
+
+// gitOutput is a git command's output in repo, trimmed; "" when git fails
+// (as the Makefile's $(shell ...)).
+func gitOutput(repo string, args ...string) string {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = repo
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
 
 // harness is one benchmark run's state.
 type harness struct {
@@ -82,7 +97,7 @@ func (h *harness) build(ctx context.Context) error {
 	if h.cfg.buildTo != "" {
 		h.bin = h.cfg.buildTo
 	}
-	flags := buildFlags
+	flags := buildFlags(gitOutput(h.repo, "rev-parse", "HEAD"), gitOutput(h.repo, "log", "-1", "--format=%cI"))
 	if raceEnabled {
 		// Under make test: a race build reuses the packages the tests
 		// compiled (a release build would compile everything again), and
