@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"time"
 
@@ -162,6 +163,14 @@ spec:
 	It("answers every dashboard query and evaluates every alert rule in a real Prometheus, through 429s and a Redis outage", dashboardAndAlerts)
 
 	It("keeps enforcing without the controller, and a restarted controller rewrites nothing", func() {
+		// Specs run in random order: let the controller publish what the
+		// one before changed (a rule deleted on cleanup) before stopping
+		// it, or the restarted one would rightly write that change.
+		Eventually(func() bool {
+			before := objectVersions()
+			time.Sleep(1500 * time.Millisecond)
+			return reflect.DeepEqual(before, objectVersions())
+		}, 30*time.Second).Should(BeTrue(), "the controller never settled")
 		controller.stop()
 		for _, g := range gateways {
 			Expect(send(g, "GET", "/orders", "no-controller").limit).To(Equal("20"))
