@@ -77,6 +77,15 @@ func xrBase(x, base float64) string {
 	return xr(x)
 }
 
+// floorRatio is a run's CPU per decision over the floor's ("floor" for the
+// floor itself, which has no ratio to itself).
+func floorRatio(x RLSRun) string {
+	if x.Mode == "floor" {
+		return "floor"
+	}
+	return xr(x.VsFloor)
+}
+
 func (h *harness) markdown() string {
 	r := h.res
 	var m md
@@ -355,7 +364,7 @@ func (h *harness) mdRLS(m *md) {
 	}
 	for _, x := range runs {
 		rows = append(rows, []string{x.Mode, fmt.Sprintf("%.0f", x.PerSecond), fmt.Sprint(x.Failed), f3(x.P50), f3(x.P99),
-			f1(x.CPUPerDecision), xr(x.VsFloor), fmt.Sprintf("%.0f", x.PerCPUSecond), xr(x.VsReference),
+			f1(x.CPUPerDecision), floorRatio(x), fmt.Sprintf("%.0f", x.PerCPUSecond), xr(x.VsReference),
 			fmt.Sprintf("%.4f", x.ScriptCallsPerDec), fmt.Sprintf("%.4f", x.RoundTripsPerDec), f1(x.RedisCPUPerDecision)})
 	}
 	m.table([]string{"mode", "decisions/s", "failed calls", "p50 ms", "p99 ms", "gateway CPU µs/decision", "vs floor", "decisions per CPU-second", "vs reference", "script calls/decision", "round trips/decision", "redis-server CPU µs/decision"}, rows)
