@@ -86,6 +86,15 @@ func floorRatio(x RLSRun) string {
 	return xr(x.VsFloor)
 }
 
+// latencyRow is one row of the latency table.
+func latencyRow(label string, s LatencyStep) []string {
+	return []string{label,
+		f3(s.Direct.P50), f3(s.Gateway.P50), fmt.Sprintf("%+.3f", s.AddedP50),
+		f3(s.Direct.P99), f3(s.Gateway.P99), fmt.Sprintf("%+.3f", s.AddedP99),
+		f3(s.Direct.P999), f3(s.Gateway.P999), fmt.Sprintf("%+.3f", s.AddedP999),
+		xr(ratio(s.Gateway.P99, s.Direct.P99)), f1(s.CPUPerRequest), fmt.Sprintf("%.2f%%", 100*s.Gateway.BadFrac)}
+}
+
 func (h *harness) markdown() string {
 	r := h.res
 	var m md
@@ -156,21 +165,16 @@ func (h *harness) mdLatency(m *md) {
 	m.section("1. Added latency (baseline: direct to the upstream)", "One gateway process (default flags: batched Redis), rule %s; tenants: %s. Each rate runs %s direct, then %s through the gateway.", l.Rule, l.Mix, h.plan.LatencyDur, h.plan.LatencyDur)
 	var rows [][]string
 	for _, s := range l.Steps {
-		rows = append(rows, []string{fmt.Sprint(s.Rate),
-			f3(s.Direct.P50), f3(s.Gateway.P50), fmt.Sprintf("%+.3f", s.AddedP50),
-			f3(s.Direct.P99), f3(s.Gateway.P99), fmt.Sprintf("%+.3f", s.AddedP99),
-			f3(s.Direct.P999), f3(s.Gateway.P999), fmt.Sprintf("%+.3f", s.AddedP999),
-			xr(ratio(s.Gateway.P99, s.Direct.P99)), f1(s.CPUPerRequest), fmt.Sprintf("%.2f%%", 100*s.Gateway.BadFrac)})
+		rows = append(rows, latencyRow(fmt.Sprint(s.Rate), s))
 	}
-	for _, s := range l.Nginx {
-		rows = append(rows, []string{fmt.Sprintf("%d (nginx)", s.Rate),
-			f3(s.Direct.P50), f3(s.Gateway.P50), fmt.Sprintf("%+.3f", s.AddedP50),
-			f3(s.Direct.P99), f3(s.Gateway.P99), fmt.Sprintf("%+.3f", s.AddedP99),
-			f3(s.Direct.P999), f3(s.Gateway.P999), fmt.Sprintf("%+.3f", s.AddedP999),
-			xr(ratio(s.Gateway.P99, s.Direct.P99)), f1(s.CPUPerRequest), fmt.Sprintf("%.2f%%", 100*s.Gateway.BadFrac)})
+	refs := map[string][]LatencyStep{"nginx": l.Nginx, "net/http floor": l.ProxyFloor}
+	for _, name := range []string{"nginx", "net/http floor"} {
+		for _, s := range refs[name] {
+			rows = append(rows, latencyRow(fmt.Sprintf("%d (%s)", s.Rate, name), s))
+		}
 	}
 	m.table([]string{"req/s", "p50 direct", "p50 gw", "added", "p99 direct", "p99 gw", "added", "p99.9 direct", "p99.9 gw", "added", "p99 gw/direct", "gw CPU µs/req", "errors"}, rows)
-	m.p("Latencies in ms. CPU: the gateway process's utime+stime (/proc) per proxied request.")
+	m.p("Latencies in ms. CPU: the gateway process's utime+stime (/proc) per proxied request. References at the first rate: nginx, and the net/http floor (a bare `httputil.ReverseProxy` with the gateway's transport settings: Go's HTTP engine alone, without the limiter).")
 	if l.Note != "" {
 		m.p("")
 		m.p("%s", l.Note)

@@ -77,7 +77,10 @@ type LatencyResult struct {
 	Rule  string        `json:"rule"`
 	Steps []LatencyStep `json:"steps"`
 	Nginx []LatencyStep `json:"nginx,omitempty"`
-	Note  string        `json:"note,omitempty"`
+	// ProxyFloor is a bare httputil.ReverseProxy with the gateway's
+	// transport, at the first rate.
+	ProxyFloor []LatencyStep `json:"proxyFloor,omitempty"`
+	Note       string        `json:"note,omitempty"`
 }
 
 // LatencyStep compares direct and through-the-gateway at one rate.

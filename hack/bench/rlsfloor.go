@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -22,17 +25,53 @@ import (
 // gateway's.
 const floorFlag = "-serve-rls-floor"
 
-// floorMain serves the floor and reports true when the program was started
-// as `-serve-rls-floor ADDR` (by the benchmark, or by its test binary).
+// proxyFloorFlag makes this program the latency scenario's HTTP floor:
+// `bench -serve-proxy-floor ADDR UPSTREAM` serves a bare
+// httputil.ReverseProxy to UPSTREAM with the gateway's transport settings,
+// the least a Go net/http proxy costs.
+const proxyFloorFlag = "-serve-proxy-floor"
+
+// floorMain serves a floor and reports true when the program was started
+// as `-serve-rls-floor ADDR` or `-serve-proxy-floor ADDR UPSTREAM` (by the
+// benchmark, or by its test binary).
 func floorMain() bool {
-	if len(os.Args) != 3 || os.Args[1] != floorFlag {
+	var err error
+	switch {
+	case len(os.Args) == 3 && os.Args[1] == floorFlag:
+		err = serveRLSFloor(os.Args[2])
+	case len(os.Args) == 4 && os.Args[1] == proxyFloorFlag:
+		err = serveProxyFloor(os.Args[2], os.Args[3])
+	default:
 		return false
 	}
-	if err := serveRLSFloor(os.Args[2]); err != nil {
-		fmt.Fprintln(os.Stderr, "bench: rls floor:", err)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: floor:", err)
 		os.Exit(1)
 	}
 	return true
+}
+
+// serveProxyFloor serves a bare reverse proxy to upstream on addr until the
+// process is killed. The transport is the gateway's
+// (dataplane/proxy/upstream.go).
+func serveProxyFloor(addr, upstream string) error {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		return err
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.Transport = &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ResponseHeaderTimeout: 30 * time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+	srv := &http.Server{Addr: addr, Handler: rp, ReadHeaderTimeout: 10 * time.Second}
+	return srv.ListenAndServe()
 }
 
 // floorServer answers every ShouldRateLimit with the same response.

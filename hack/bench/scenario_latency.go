@@ -58,6 +58,47 @@ func (h *harness) scenarioLatency(ctx context.Context) error {
 		res.Note = "nginx reference skipped: " + err.Error()
 		h.logf("%s", res.Note)
 	}
+	if err := h.proxyFloorReference(ctx, res, mix); err != nil {
+		res.Note += " net/http floor skipped: " + err.Error()
+		h.logf("net/http floor skipped: %v", err)
+	}
+	return nil
+}
+
+// proxyFloorReference measures a bare httputil.ReverseProxy (this harness
+// run as -serve-proxy-floor) to the same upstream at the first rate: the
+// HTTP engine's own cost, without the limiter.
+func (h *harness) proxyFloorReference(ctx context.Context, res *LatencyResult, mix tenantMix) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	p, err := startProc("proxy-floor", filepath.Join(h.logDir, "proxy-floor.log"), self, proxyFloorFlag, addr, h.upstream)
+	if err != nil {
+		return err
+	}
+	defer p.Kill()
+	url := "http://" + addr + "/bench"
+	if err := waitFor(ctx, 5*time.Second, 20*time.Millisecond, "the net/http floor to answer", func() (bool, error) {
+		r, err := http.Get(url)
+		if err != nil {
+			return false, nil
+		}
+		r.Body.Close()
+		return true, nil
+	}); err != nil {
+		return err
+	}
+	step, err := h.reference(ctx, "net/http floor", url, p.Pid(), mix)
+	if err != nil {
+		return err
+	}
+	res.ProxyFloor = append(res.ProxyFloor, step)
 	return nil
 }
 
@@ -140,25 +181,35 @@ func (h *harness) nginxReference(ctx context.Context, res *LatencyResult, mix te
 		return err
 	}
 	defer p.Stop(2 * time.Second)
+	step, err := h.reference(ctx, "nginx", url, p.Pid(), mix)
+	if err != nil {
+		return err
+	}
+	res.Nginx = append(res.Nginx, step)
+	return nil
+}
+
+// reference measures a reference proxy (process pid, serving url) at the
+// first rate, next to direct calls to the upstream just before.
+func (h *harness) reference(ctx context.Context, name, url string, pid int, mix tenantMix) (LatencyStep, error) {
 	rate := h.plan.LatencyRates[0]
 	if _, err := h.load(ctx, loadSpec{name: "warm-up", url: url, rate: 1000, dur: h.plan.Warmup, mix: mix}); err != nil {
-		return err
+		return LatencyStep{}, err
 	}
 	d, err := h.load(ctx, loadSpec{name: "direct", url: h.upstream + "/bench", rate: rate, dur: h.plan.LatencyDur, mix: mix})
 	if err != nil {
-		return err
+		return LatencyStep{}, err
 	}
-	cpu0, _ := cpuTime(p.Pid())
-	n, err := h.load(ctx, loadSpec{name: "nginx", url: url, rate: rate, dur: h.plan.LatencyDur, mix: mix})
+	cpu0, _ := cpuTime(pid)
+	n, err := h.load(ctx, loadSpec{name: name, url: url, rate: rate, dur: h.plan.LatencyDur, mix: mix})
 	if err != nil {
-		return err
+		return LatencyStep{}, err
 	}
-	cpu1, _ := cpuTime(p.Pid())
-	res.Nginx = append(res.Nginx, LatencyStep{
+	cpu1, _ := cpuTime(pid)
+	h.logf("%s reference at %d req/s: added p50 %+.3f ms, p99 %+.3f ms, %.1f µs CPU/request", name, rate, n.P50-d.P50, n.P99-d.P99, cpuPer(cpu1-cpu0, float64(n.Sent)))
+	return LatencyStep{
 		Rate: rate, Direct: d, Gateway: n,
 		AddedP50: round(n.P50-d.P50, 3), AddedP99: round(n.P99-d.P99, 3), AddedP999: round(n.P999-d.P999, 3),
 		CPUPerRequest: cpuPer(cpu1-cpu0, float64(n.Sent)),
-	})
-	h.logf("nginx reference at %d req/s: added p50 %+.3f ms, p99 %+.3f ms", rate, n.P50-d.P50, n.P99-d.P99)
-	return nil
+	}, nil
 }

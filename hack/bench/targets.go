@@ -106,10 +106,21 @@ func cpuVsNginx(h *harness) []measured {
 			ratio := s.CPUPerRequest / n.CPUPerRequest
 			out = append(out, measured{what: fmt.Sprintf("gateway CPU per proxied request at %d req/s", s.Rate),
 				value: fmt.Sprintf("%.1f µs vs nginx %.1f µs: %.2f×", s.CPUPerRequest, n.CPUPerRequest, ratio), met: ratio <= 2, judged: true,
-				note: "the gateway also decides (Redis call included); nginx only proxies"})
+				note: "the gateway also decides (Redis call included); nginx only proxies" + floorNote(h, s.Rate)})
 		}
 	}
 	return out
+}
+
+// floorNote gives the net/http floor's CPU per request at rate, if measured:
+// the share of the HTTP engine in the gateway's figure.
+func floorNote(h *harness, rate int) string {
+	for _, f := range h.res.Latency.ProxyFloor {
+		if f.Rate == rate && f.CPUPerRequest > 0 {
+			return fmt.Sprintf("; a bare httputil.ReverseProxy: %.1f µs", f.CPUPerRequest)
+		}
+	}
+	return ""
 }
 
 // redisCostModes returns the Redis cost modes measured on both traffics.
