@@ -190,7 +190,15 @@ func (u *upstreams) transport(timeout time.Duration) *http.Transport {
 	if t, ok := u.transports[timeout]; ok {
 		return t
 	}
-	t := &http.Transport{
+	t := NewTransport(timeout)
+	u.transports[timeout] = t
+	return t
+}
+
+// NewTransport is the gateway's transport to upstreams, with a response
+// header timeout (the benchmark's bare reverse proxy uses it too).
+func NewTransport(responseHeaderTimeout time.Duration) *http.Transport {
+	return &http.Transport{
 		Proxy:                 nil, // the gateway talks to upstreams directly
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:          4096,
@@ -198,11 +206,9 @@ func (u *upstreams) transport(timeout time.Duration) *http.Transport {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ExpectContinueTimeout: time.Second,
-		ResponseHeaderTimeout: timeout,
+		ResponseHeaderTimeout: responseHeaderTimeout,
 		ForceAttemptHTTP2:     true,
 	}
-	u.transports[timeout] = t
-	return t
 }
 
 func (u *upstreams) closeIdle() {

@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/tollgate-dev/tollgate/dataplane/proxy"
 )
 
 // floorFlag makes this program the rls scenario's floor instead of a
@@ -52,24 +54,14 @@ func floorMain() bool {
 }
 
 // serveProxyFloor serves a bare reverse proxy to upstream on addr until the
-// process is killed. The transport is the gateway's
-// (dataplane/proxy/upstream.go).
+// process is killed, with the gateway's transport.
 func serveProxyFloor(addr, upstream string) error {
 	u, err := url.Parse(upstream)
 	if err != nil {
 		return err
 	}
 	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.Transport = &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          4096,
-		MaxIdleConnsPerHost:   512,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   5 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		ResponseHeaderTimeout: 30 * time.Second,
-		ForceAttemptHTTP2:     true,
-	}
+	rp.Transport = proxy.NewTransport(30 * time.Second)
 	srv := &http.Server{Addr: addr, Handler: rp, ReadHeaderTimeout: 10 * time.Second}
 	return srv.ListenAndServe()
 }
