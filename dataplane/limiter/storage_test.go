@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -34,7 +35,7 @@ func TestUpgradeKeepsBucketState(t *testing.T) {
 			if err := rc.HSet(ctx, b.Key, "tokens", "3", "ts", strconv.FormatInt(now.UnixMilli(), 10)).Err(); err != nil {
 				t.Fatal(err)
 			}
-			rc.PExpire(ctx, b.Key, 7200_000)
+			rc.PExpire(ctx, b.Key, 2*time.Hour)
 			st, err := Peek(ctx, rc, b.Key)
 			if err != nil || !st.Found || st.Tokens != 3 {
 				t.Fatalf("Peek of the 0.1 layout: %+v %v", st, err)
