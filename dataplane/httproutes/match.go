@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/tollgate-dev/tollgate/internal/lib/urlpath"
 	"github.com/tollgate-dev/tollgate/pkg/routetable"
 )
 
@@ -160,10 +161,10 @@ func (t *Table) Match(r *http.Request) (Result, bool) {
 	if path == "" {
 		path = "/"
 	}
-	if !cleanPath(path) {
+	if !urlpath.Clean(path) {
 		return Result{}, false
 	}
-	host := requestHost(r.Host)
+	host := strings.ToLower(urlpath.Host(r.Host))
 	if e := first(t.exact[host], r, path); e != nil {
 		return Result{e.rule, e.match}, true
 	}
@@ -194,7 +195,7 @@ func first(es []*entry, r *http.Request, path string) *entry {
 			if path != m.PathValue {
 				continue
 			}
-		} else if !prefixMatch(m.PathValue, path) {
+		} else if !urlpath.PrefixMatch(m.PathValue, path) {
 			continue
 		}
 		if m.Method != "" && m.Method != r.Method {
@@ -250,52 +251,4 @@ func (r *Rule) Pick() (b *routetable.Backend, endpoint string, ok bool) {
 	}
 	i := chosen.next.Add(1) - 1
 	return &chosen.Backend, chosen.Endpoints[i%uint64(len(chosen.Endpoints))], true
-}
-
-// prefixMatch reports whether path is prefix or below it, segment-aware.
-// prefix has no trailing slash unless it is "/".
-func prefixMatch(prefix, path string) bool {
-	if prefix == "/" {
-		return true
-	}
-	return strings.HasPrefix(path, prefix) && (len(path) == len(prefix) || path[len(prefix)] == '/')
-}
-
-// cleanPath reports whether p starts with "/" and has no empty, "." or ".."
-// segment; a trailing slash is allowed.
-func cleanPath(p string) bool {
-	if p == "" || p[0] != '/' {
-		return false
-	}
-	start := 1
-	for i := 1; i <= len(p); i++ {
-		if i < len(p) && p[i] != '/' {
-			continue
-		}
-		switch p[start:i] {
-		case ".", "..":
-			return false
-		case "":
-			if i < len(p) {
-				return false
-			}
-		}
-		start = i + 1
-	}
-	return true
-}
-
-// requestHost lower-cases a request Host and strips its port and a
-// trailing dot.
-func requestHost(h string) string {
-	if strings.HasPrefix(h, "[") {
-		if i := strings.IndexByte(h, ']'); i > 0 {
-			return strings.ToLower(h[:i+1])
-		}
-		return h
-	}
-	if i := strings.LastIndexByte(h, ':'); i >= 0 {
-		h = h[:i]
-	}
-	return strings.ToLower(strings.TrimSuffix(h, "."))
 }

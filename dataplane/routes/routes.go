@@ -33,6 +33,7 @@ import (
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/internal/lib/filewatch"
 	"github.com/tollgate-dev/tollgate/internal/lib/strictdecode"
+	"github.com/tollgate-dev/tollgate/internal/lib/urlpath"
 )
 
 // maxTimeout is the longest accepted route timeout.
@@ -388,7 +389,7 @@ func checkPath(p string) string {
 	if strings.ContainsAny(p, "?#") {
 		return `must not contain "?" or "#" (routes match paths only)`
 	}
-	if !cleanPath(p) {
+	if !urlpath.Clean(p) {
 		return `must not contain empty ("//") or "." segments`
 	}
 	return ""

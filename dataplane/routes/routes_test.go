@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/tollgate-dev/tollgate/internal/lib/urlpath"
 )
 
 func mustParse(t testing.TB, src string) *Table {
@@ -766,7 +768,7 @@ func FuzzParse(f *testing.F) {
 			if (r.Path == "") == (r.PathPrefix == "") || r.Upstream == nil || (r.StripPrefix && r.PathPrefix == "") {
 				t.Fatalf("invalid route accepted: %+v", r)
 			}
-			if p := r.Path + r.PathPrefix; !cleanPath(p) || (len(r.PathPrefix) > 1 && strings.HasSuffix(p, "/")) {
+			if p := r.Path + r.PathPrefix; !urlpath.Clean(p) || (len(r.PathPrefix) > 1 && strings.HasSuffix(p, "/")) {
 				t.Fatalf("bad path accepted: %q", p)
 			}
 		}
@@ -791,10 +793,10 @@ func referenceMatch(rs []Route, method, host, path string) (id string, wrongMeth
 	if path == "" {
 		path = "/"
 	}
-	if !cleanPath(path) {
+	if !urlpath.Clean(path) {
 		return "", false, nil
 	}
-	hb := []byte(requestHost(host))
+	hb := []byte(urlpath.Host(host))
 	for i, c := range hb {
 		if c >= 'A' && c <= 'Z' {
 			hb[i] = c + 'a' - 'A'
@@ -881,7 +883,7 @@ func FuzzMatch(f *testing.F) {
 			if len(r.Methods) > 0 && !slicesContains(r.Methods, method) {
 				t.Fatalf("%s matched method %q", r.ID, method)
 			}
-			if r.Host != "" && !strings.EqualFold(r.Host, strings.TrimSuffix(requestHost(host), ".")) {
+			if r.Host != "" && !strings.EqualFold(r.Host, strings.TrimSuffix(urlpath.Host(host), ".")) {
 				t.Fatalf("%s matched host %q", r.ID, host)
 			}
 			if r.Path != "" && r.Path != p {
@@ -890,7 +892,7 @@ func FuzzMatch(f *testing.F) {
 			if r.PathPrefix != "" && r.PathPrefix != "/" && p != r.PathPrefix && !strings.HasPrefix(p, r.PathPrefix+"/") {
 				t.Fatalf("%s matched path %q", r.ID, path)
 			}
-			if !cleanPath(p) {
+			if !urlpath.Clean(p) {
 				t.Fatalf("%s matched unclean path %q", r.ID, path)
 			}
 			if res.MethodNotAllowed || res.Allow != nil {

@@ -2,7 +2,8 @@ package routes
 
 import (
 	"sort"
-	"strings"
+
+	"github.com/tollgate-dev/tollgate/internal/lib/urlpath"
 )
 
 // Table is a validated set of routes. It is immutable after construction and
@@ -121,7 +122,7 @@ func (t *Table) Lookup(method, host, path string) MatchResult {
 	if path == "" {
 		path = "/"
 	}
-	host = requestHost(host)
+	host = urlpath.Host(host)
 	var allow []string
 	for i := range t.routes {
 		r := &t.routes[i]
@@ -146,10 +147,10 @@ func (t *Table) find(method, host, path string) (match *Route, wrongMethod bool)
 	if path == "" {
 		path = "/"
 	}
-	if !cleanPath(path) {
+	if !urlpath.Clean(path) {
 		return nil, false
 	}
-	host = requestHost(host)
+	host = urlpath.Host(host)
 	if len(t.hostExact) > 0 || len(t.hostPrefix) > 0 {
 		for _, r := range t.hostExact[path] {
 			if asciiEqualFold(r.Host, host) {
@@ -160,7 +161,7 @@ func (t *Table) find(method, host, path string) (match *Route, wrongMethod bool)
 			}
 		}
 		for _, r := range t.hostPrefix {
-			if prefixMatch(r.PathPrefix, path) && asciiEqualFold(r.Host, host) {
+			if urlpath.PrefixMatch(r.PathPrefix, path) && asciiEqualFold(r.Host, host) {
 				if r.allowsMethod(method) {
 					return r, false
 				}
@@ -175,7 +176,7 @@ func (t *Table) find(method, host, path string) (match *Route, wrongMethod bool)
 		wrongMethod = true
 	}
 	for _, r := range t.anyPrefix {
-		if prefixMatch(r.PathPrefix, path) {
+		if urlpath.PrefixMatch(r.PathPrefix, path) {
 			if r.allowsMethod(method) {
 				return r, false
 			}
@@ -186,7 +187,7 @@ func (t *Table) find(method, host, path string) (match *Route, wrongMethod bool)
 }
 
 // matchesHostPath reports whether r matches a request host (already passed
-// through requestHost) and a clean path, regardless of method.
+// through urlpath.Host) and a clean path, regardless of method.
 func (r *Route) matchesHostPath(host, path string) bool {
 	if r.Host != "" && !asciiEqualFold(r.Host, host) {
 		return false
@@ -194,7 +195,7 @@ func (r *Route) matchesHostPath(host, path string) bool {
 	if r.Path != "" {
 		return r.Path == path
 	}
-	return prefixMatch(r.PathPrefix, path)
+	return urlpath.PrefixMatch(r.PathPrefix, path)
 }
 
 func (r *Route) allowsMethod(method string) bool {
@@ -207,53 +208,6 @@ func (r *Route) allowsMethod(method string) bool {
 		}
 	}
 	return false
-}
-
-// prefixMatch reports whether the clean path p is prefix or below it.
-// prefix has no trailing slash unless it is "/".
-func prefixMatch(prefix, p string) bool {
-	if prefix == "/" {
-		return true
-	}
-	return strings.HasPrefix(p, prefix) && (len(p) == len(prefix) || p[len(prefix)] == '/')
-}
-
-// cleanPath reports whether p starts with "/" and has no empty, "." or ".."
-// segment; a trailing slash is allowed.
-func cleanPath(p string) bool {
-	if p == "" || p[0] != '/' {
-		return false
-	}
-	start := 1
-	for i := 1; i <= len(p); i++ {
-		if i < len(p) && p[i] != '/' {
-			continue
-		}
-		switch p[start:i] {
-		case ".", "..":
-			return false
-		case "":
-			if i < len(p) {
-				return false
-			}
-		}
-		start = i + 1
-	}
-	return true
-}
-
-// requestHost strips the port and one trailing dot from a request Host.
-func requestHost(h string) string {
-	if strings.HasPrefix(h, "[") {
-		if i := strings.IndexByte(h, ']'); i > 0 {
-			return h[:i+1]
-		}
-		return h
-	}
-	if i := strings.LastIndexByte(h, ':'); i >= 0 {
-		h = h[:i]
-	}
-	return strings.TrimSuffix(h, ".")
 }
 
 // asciiEqualFold compares a lower-case configured host with a request host,
