@@ -7,8 +7,6 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/dataplane/httproutes"
@@ -24,12 +22,7 @@ import (
 // gatewayUpstreams caches the upstream of every HTTPRoute rule of the current
 // table; a new table (a route or endpoint change) starts a new set.
 type gatewayUpstreams struct {
-	cur atomic.Pointer[gatewayUpstreamSet]
-}
-
-type gatewayUpstreamSet struct {
-	table  *httproutes.Table
-	byRule sync.Map // *httproutes.Rule -> *upstream
+	cur perTable[*httproutes.Table, *httproutes.Rule]
 }
 
 // gwTarget is what routing decided for one request, handed to the rule's
@@ -73,20 +66,7 @@ func (h *Handler) routeGatewayAPI(w http.ResponseWriter, r *http.Request) (*upst
 }
 
 func (g *gatewayUpstreams) get(h *Handler, table *httproutes.Table, rule *httproutes.Rule) *upstream {
-	s := g.cur.Load()
-	for s == nil || s.table != table {
-		next := &gatewayUpstreamSet{table: table}
-		if g.cur.CompareAndSwap(s, next) {
-			s = next
-			break
-		}
-		s = g.cur.Load()
-	}
-	if up, ok := s.byRule.Load(rule); ok {
-		return up.(*upstream)
-	}
-	up, _ := s.byRule.LoadOrStore(rule, h.buildGatewayUpstream(rule))
-	return up.(*upstream)
+	return g.cur.get(table, rule, func() *upstream { return h.buildGatewayUpstream(rule) })
 }
 
 // buildGatewayUpstream builds the forwarding of one HTTPRoute rule: a

@@ -47,40 +47,51 @@ type upstreams struct {
 	metrics *metrics.Gateway
 	log     *ratelog.Logger
 	timeout time.Duration // of routes without one
-	cur     atomic.Pointer[upstreamSet]
+	cur     perTable[*routes.Table, *routes.Route]
 
 	mu         sync.Mutex
 	transports map[time.Duration]*http.Transport
 	buffers    bufferPool
 }
 
-// upstreamSet holds the upstreams of one route table, built on first use.
-type upstreamSet struct {
-	table   *routes.Table
-	byRoute sync.Map // *routes.Route -> *upstream
+// perTable caches the upstreams of the current route table T, one per
+// route K, built on first use; a new table (a reload) starts a new set, so a
+// changed route gets a new proxy. The routes file and the Gateway API
+// route table both use it.
+type perTable[T, K comparable] struct {
+	cur atomic.Pointer[tableSet[T]]
+}
+
+type tableSet[T comparable] struct {
+	table T
+	by    sync.Map // K -> *upstream
+}
+
+// get returns the upstream of key in table, built by build on first use.
+func (c *perTable[T, K]) get(table T, key K, build func() *upstream) *upstream {
+	s := c.cur.Load()
+	for s == nil || s.table != table {
+		next := &tableSet[T]{table: table}
+		if c.cur.CompareAndSwap(s, next) {
+			s = next
+			break
+		}
+		s = c.cur.Load()
+	}
+	if up, ok := s.by.Load(key); ok {
+		return up.(*upstream)
+	}
+	up, _ := s.by.LoadOrStore(key, build())
+	return up.(*upstream)
 }
 
 func newUpstreams(m *metrics.Gateway, log *ratelog.Logger, timeout time.Duration) *upstreams {
 	return &upstreams{metrics: m, log: log, timeout: timeout, transports: map[time.Duration]*http.Transport{}}
 }
 
-// get returns the upstream of route, a route of table. A new table (after a
-// route reload) starts a new set, so a changed route gets a new proxy.
+// get returns the upstream of route, a route of table.
 func (u *upstreams) get(table *routes.Table, route *routes.Route) *upstream {
-	s := u.cur.Load()
-	for s == nil || s.table != table {
-		next := &upstreamSet{table: table}
-		if u.cur.CompareAndSwap(s, next) {
-			s = next
-			break
-		}
-		s = u.cur.Load()
-	}
-	if up, ok := s.byRoute.Load(route); ok {
-		return up.(*upstream)
-	}
-	up, _ := s.byRoute.LoadOrStore(route, u.build(route))
-	return up.(*upstream)
+	return u.cur.get(table, route, func() *upstream { return u.build(route) })
 }
 
 // classCounters counts a route's responses by status class: index 1 for
