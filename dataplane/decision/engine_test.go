@@ -110,6 +110,54 @@ func TestPrefetchAccuracyAcrossTwentyInstances(t *testing.T) {
 	}
 }
 
+// closedLoop runs senders goroutines per engine for two seconds, each
+// asking for cost tokens of tenant "t" on route "r" as fast as it can and
+// pausing for the Retry-After (at least 1ms, at most maxPause) after a
+// rejection; requireRetryAfter fails the test on a rejection without one.
+// It returns the cost admitted and the ideal range of rule, the engines'
+// one rule: capacity + refill over the run, bracketed by Redis's clock.
+func closedLoop(t *testing.T, srv *redistest.Server, engines []*decision.Engine, rule *snapshot.Rule, senders int, cost int64, maxPause time.Duration, requireRetryAfter bool) (got, low, high float64) {
+	t.Helper()
+	var admitted atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	t0 := redisTime(t, srv.Client(t))
+	for _, e := range engines {
+		for range senders {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					d, _, err := e.Decide(context.Background(), "t", "r", cost)
+					switch {
+					case err != nil:
+						t.Error(err)
+						return
+					case d.Allowed:
+						admitted.Add(cost)
+					case requireRetryAfter && d.RetryAfter <= 0:
+						t.Errorf("rejected without a Retry-After: %+v", d)
+						return
+					default:
+						time.Sleep(min(max(d.RetryAfter, time.Millisecond), maxPause))
+					}
+				}
+			})
+		}
+	}
+	time.Sleep(2 * time.Second)
+	tStop := redisTime(t, srv.Client(t))
+	close(stop)
+	wg.Wait()
+	perSecond := float64(rule.RefillTokens) * 1000 / float64(rule.RefillPeriodMs)
+	low = float64(rule.Capacity) + perSecond*tStop.Sub(t0).Seconds()
+	high = float64(rule.Capacity) + perSecond*redisTime(t, srv.Client(t)).Sub(t0).Seconds()
+	return float64(admitted.Load()), low, high
+}
+
 // warmUp makes one decision per engine on another bucket, so that connections
 // are open and the script is loaded before a measured window starts: a
 // bucket that nobody asks for while it is full loses its refill, and a
@@ -156,38 +204,7 @@ func TestShardedAccuracy(t *testing.T) {
 		engines = append(engines, decision.New(decision.Options{Rules: rule, Limiter: chain(t, srv.Client(t))}))
 	}
 	warmUp(t, engines)
-	var admitted atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	t0 := redisTime(t, srv.Client(t))
-	for _, e := range engines {
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					d, _, _ := e.Decide(context.Background(), "t", "r", 1)
-					if d.Allowed {
-						admitted.Add(1)
-					} else {
-						time.Sleep(min(max(d.RetryAfter, time.Millisecond), 10*time.Millisecond))
-					}
-				}
-			}()
-		}
-	}
-	time.Sleep(2 * time.Second)
-	tStop := redisTime(t, srv.Client(t))
-	close(stop)
-	wg.Wait()
-	low := capacity + perSecond*tStop.Sub(t0).Seconds()
-	high := capacity + perSecond*redisTime(t, srv.Client(t)).Sub(t0).Seconds()
-	got := float64(admitted.Load())
+	got, low, high := closedLoop(t, srv, engines, &rule.r, 4, 1, 10*time.Millisecond, false)
 	t.Logf("sharded: admitted %.0f, ideal %.0f to %.0f", got, low, high)
 	if got > high*1.05 || got < low*0.95 {
 		t.Fatalf("admitted %.0f, ideal %.0f to %.0f: want within ±5%%", got, low, high)
@@ -379,45 +396,7 @@ func TestCostAboveOneShardLongRun(t *testing.T) {
 		engines = append(engines, decision.New(decision.Options{Rules: rule, Limiter: chain(t, srv.Client(t))}))
 	}
 	warmUp(t, engines)
-	var admitted atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	t0 := redisTime(t, srv.Client(t))
-	for _, e := range engines {
-		for range 3 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					d, _, err := e.Decide(context.Background(), "t", "r", cost)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if d.Allowed {
-						admitted.Add(cost)
-					} else if d.RetryAfter <= 0 {
-						t.Errorf("rejected without a Retry-After: %+v", d)
-						return
-					} else {
-						time.Sleep(min(d.RetryAfter, 50*time.Millisecond))
-					}
-				}
-			}()
-		}
-	}
-	time.Sleep(2 * time.Second)
-	tStop := redisTime(t, srv.Client(t))
-	close(stop)
-	wg.Wait()
-	low := capacity + perSecond*tStop.Sub(t0).Seconds()
-	high := capacity + perSecond*redisTime(t, srv.Client(t)).Sub(t0).Seconds()
-	got := float64(admitted.Load())
+	got, low, high := closedLoop(t, srv, engines, &rule.r, 3, cost, 50*time.Millisecond, true)
 	t.Logf("spread: admitted cost %.0f, ideal %.0f to %.0f", got, low, high)
 	// Never above the ideal. Below it by what the bucket holds at the end,
 	// what racing requests held when the run stopped, and what shards that
