@@ -141,3 +141,22 @@ func BenchmarkLocalDecide(b *testing.B) {
 		l.Decide(bk, 1)
 	}
 }
+
+// TestUnsureEmptiesAMirroredBucket: a bucket Redis last reported with 9
+// tokens, then a call for it went unanswered: the other replicas may be
+// draining it in Redis, so the local bucket starts empty (refilling at
+// rate/N), not at 9/N. A later answer from Redis mirrors it again.
+func TestUnsureEmptiesAMirroredBucket(t *testing.T) {
+	clock := newFakeClock()
+	l := NewLocal(LocalOptions{Replicas: func() int { return 1 }, Clock: clock.Now})
+	b := Bucket{Key: Key("t", "unsure"), Capacity: 10, RefillTokens: 1, RefillPeriodMs: 3600_000}
+	l.Observe(b, 9)
+	l.Unsure(b)
+	if got := takeN(l, b, 5); got != 0 {
+		t.Fatalf("admitted %d after an unanswered call, want 0", got)
+	}
+	l.Observe(b, 4)
+	if got := takeN(l, b, 10); got != 4 {
+		t.Fatalf("admitted %d after Redis answered 4 remaining, want 4", got)
+	}
+}
