@@ -307,7 +307,7 @@ func (bt *Batcher) group(batch []*op) []*call {
 		if !o.state.CompareAndSwap(opQueued, opSent) {
 			continue
 		}
-		if !bt.opts.NoCoalesce && o.cost == 1 && o.want == 1 {
+		if !bt.opts.NoCoalesce && o.cost == 1 && o.want == 1 && len(batch) > 1 {
 			if byKey == nil {
 				byKey = map[string]*call{}
 			}

@@ -115,9 +115,15 @@ func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, 
 		}
 	}()
 	bound := func() {
-		if cancel == nil && c.opts.MaxWait > 0 {
-			ctx, cancel = context.WithTimeout(ctx, c.opts.MaxWait)
+		if cancel != nil || c.opts.MaxWait <= 0 {
+			return
 		}
+		if d, ok := ctx.Deadline(); ok && time.Until(d) <= c.opts.MaxWait {
+			// The caller's own deadline (an Envoy's rate limit timeout,
+			// say) comes first: no timer of our own.
+			return
+		}
+		ctx, cancel = context.WithTimeout(ctx, c.opts.MaxWait)
 	}
 	for attempt := 0; ; attempt++ {
 		now := c.opts.Clock()
