@@ -373,4 +373,22 @@ func (h *harness) mdRLS(m *md) {
 	}
 	m.table([]string{"mode", "decisions/s", "failed calls", "p50 ms", "p99 ms", "gateway CPU µs/decision", "vs floor", "decisions per CPU-second", "vs reference", "script calls/decision", "round trips/decision", "redis-server CPU µs/decision"}, rows)
 	m.p("floor: a grpc-go server (this harness, `-serve-rls-floor`) answering every call with one constant OK, under the same callers: the least a rate limit service on grpc-go costs; the target is at most 1.4× its CPU per call.")
+	h.mdRLSProfiles(m, r.Modes)
+}
+
+// mdRLSProfiles shows where each mode's CPU went.
+func (h *harness) mdRLSProfiles(m *md, runs []RLSRun) {
+	for _, x := range runs {
+		p := x.Profile
+		if p == nil {
+			continue
+		}
+		m.para("<details><summary>%s: CPU profile (%s of load after the measured run, `%s`): %s</summary>", x.Mode, h.plan.ProfileDur, p.File, strings.Join(p.Roots, ", "))
+		m.p("```")
+		for _, l := range p.Top {
+			m.p("%s", l)
+		}
+		m.p("```")
+		m.para("</details>")
+	}
 }

@@ -294,17 +294,18 @@ type RLSResult struct {
 
 // RLSRun is one limiter mode's run of the rls scenario.
 type RLSRun struct {
-	Mode                string  `json:"mode"`
-	Calls               int64   `json:"calls"`
-	Failed              int64   `json:"failed"`
-	PerSecond           float64 `json:"decisionsPerSecond"`
-	P50                 float64 `json:"p50Ms"`
-	P99                 float64 `json:"p99Ms"`
-	CPUPerDecision      float64 `json:"cpuMicrosPerDecision"`
-	PerCPUSecond        float64 `json:"decisionsPerCPUSecond"`
-	VsReference         float64 `json:"vsReference"` // decisions per CPU-second over Envoy's ratelimit service's
-	ScriptCallsPerDec   float64 `json:"scriptCallsPerDecision"`
-	RoundTripsPerDec    float64 `json:"roundTripsPerDecision"`
-	RedisCPUPerDecision float64 `json:"redisCpuMicrosPerDecision"`
-	VsFloor             float64 `json:"vsFloor,omitempty"` // CPU per decision over the floor's per call
+	Mode                string      `json:"mode"`
+	Calls               int64       `json:"calls"`
+	Failed              int64       `json:"failed"`
+	PerSecond           float64     `json:"decisionsPerSecond"`
+	P50                 float64     `json:"p50Ms"`
+	P99                 float64     `json:"p99Ms"`
+	CPUPerDecision      float64     `json:"cpuMicrosPerDecision"`
+	PerCPUSecond        float64     `json:"decisionsPerCPUSecond"`
+	VsReference         float64     `json:"vsReference"` // decisions per CPU-second over Envoy's ratelimit service's
+	ScriptCallsPerDec   float64     `json:"scriptCallsPerDecision"`
+	RoundTripsPerDec    float64     `json:"roundTripsPerDecision"`
+	RedisCPUPerDecision float64     `json:"redisCpuMicrosPerDecision"`
+	VsFloor             float64     `json:"vsFloor,omitempty"` // CPU per decision over the floor's per call
+	Profile             *RLSProfile `json:"profile,omitempty"`
 }

@@ -108,7 +108,11 @@ func (h *harness) rlsRun(ctx context.Context, m limiterMode) (*RLSRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newRLSRun(m.name, lat, failed, elapsed, d, calls, rcpu1-rcpu0), nil
+	run := newRLSRun(m.name, lat, failed, elapsed, d, calls, rcpu1-rcpu0)
+	if run.Profile, err = h.rlsProfile(ctx, gw, client, m.name); err != nil {
+		h.logf("rls %s: no CPU profile: %v", m.name, err)
+	}
+	return run, nil
 }
 
 // newRLSRun turns what one run measured into its figures.
