@@ -8,3 +8,9 @@ import _ "embed"
 //
 //go:embed token_bucket.lua
 var TokenBucket string
+
+// Concurrency is the concurrency slot script (acquire, renew, release); see
+// concurrency.lua for its keys, arguments and reply.
+//
+//go:embed concurrency.lua
+var Concurrency string

@@ -12,6 +12,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(self.route) != has(self.targetRef)",message="exactly one of spec.route and spec.targetRef must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.hotKey) || !has(self.hotKey.shards) || self.capacity >= self.hotKey.shards",message="spec.capacity must be at least spec.hotKey.shards"
 // +kubebuilder:validation:XValidation:rule="!has(self.regions) || self.regions.all(r, self.capacity * r.percent >= 100 * (has(self.hotKey) && has(self.hotKey.shards) ? self.hotKey.shards : 1))",message="spec.regions: every region's share of spec.capacity (capacity x percent / 100) must hold at least one token per shard (spec.hotKey.shards)"
+// +kubebuilder:validation:XValidation:rule="!has(self.regions) || !has(self.concurrency) || self.regions.all(r, self.concurrency.maxInFlight * r.percent >= 100)",message="spec.regions: every region's share of spec.concurrency.maxInFlight (maxInFlight x percent / 100) must be at least one request"
 type RateLimitRuleSpec struct {
 	// tenant is the client this rule limits: the tenant id the gateway derives
 	// from the X-Api-Key header. "*" matches every tenant and makes a default
@@ -99,6 +100,44 @@ type RateLimitRuleSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.map(r, r.percent).sum() == 100",message="spec.regions: the percentages must add up to 100"
 	// +optional
 	Regions []RegionShare `json:"regions,omitempty"`
+
+	// concurrency caps the tenant's requests in flight on the route across
+	// all gateway replicas, next to the token bucket (both must admit). A
+	// request holds a slot from before it is forwarded until its response
+	// ends or the client goes away. To limit concurrency alone, give the
+	// token bucket a capacity and rate no client reaches. Only the HTTP
+	// proxy enforces it: the Envoy rate limit service has no signal for the
+	// end of a request and enforces the token bucket alone.
+	// +optional
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
+}
+
+// Concurrency is a cluster-wide cap on requests in flight. Slots are held
+// in Redis with a lease that the gateway holding them renews while the
+// request runs, so the slots of a gateway that dies come back at most
+// leaseSeconds after its last renewal.
+type Concurrency struct {
+	// maxInFlight is the number of requests of the tenant on the route that
+	// may be in flight at once, cluster-wide. One more gets 429 with
+	// Retry-After: 1. With regions, each region holds its share (maxInFlight
+	// x percent / 100, rounded down). During a Redis outage with failureMode
+	// LocalFallback each gateway admits max(1, maxInFlight / N) at once, N
+	// being the number of live replicas. 1 to 100000.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	// +required
+	MaxInFlight int32 `json:"maxInFlight"`
+
+	// leaseSeconds is how long a slot stays held without being renewed.
+	// Gateways renew the slots of their running requests every third of
+	// it, so it only matters when a gateway dies (or loses Redis) with
+	// requests in flight: their slots come back at most this long after
+	// the last renewal. 1 to 3600; default 10.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	// +kubebuilder:default=10
+	// +optional
+	LeaseSeconds int32 `json:"leaseSeconds,omitempty"`
 }
 
 // TargetRef names an HTTPRoute, or one named rule of it, in the

@@ -49,6 +49,28 @@ func TestFromSpec(t *testing.T) {
 			s.Capacity, s.HotKey = 4, &v1alpha1.HotKey{Shards: 4}
 			s.Regions = []v1alpha1.RegionShare{{Name: "eu", Percent: 50}, {Name: "us", Percent: 50}}
 		}, Rule{}, "less than one token per shard"},
+		{"concurrency", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Concurrency = &v1alpha1.Concurrency{MaxInFlight: 5, LeaseSeconds: 30}
+		}, Rule{Tenant: "shop-a", Route: "create-order", Capacity: 200, RefillTokens: 100, RefillPeriodMs: 1000, Source: "ns/r",
+			MaxInFlight: 5, MaxInFlightLeaseMs: 30_000}, ""},
+		{"concurrency with the default lease (a file: no API server defaults it)", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Concurrency = &v1alpha1.Concurrency{MaxInFlight: 1}
+		}, Rule{Tenant: "shop-a", Route: "create-order", Capacity: 200, RefillTokens: 100, RefillPeriodMs: 1000, Source: "ns/r",
+			MaxInFlight: 1}, ""},
+		{"maxInFlight 0", func(s *v1alpha1.RateLimitRuleSpec) { s.Concurrency = &v1alpha1.Concurrency{} }, Rule{}, "spec.concurrency.maxInFlight 0"},
+		{"maxInFlight too large", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Concurrency = &v1alpha1.Concurrency{MaxInFlight: MaxMaxInFlight + 1}
+		}, Rule{}, "maxInFlight 100001 out of range"},
+		{"lease too long", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Concurrency = &v1alpha1.Concurrency{MaxInFlight: 5, LeaseSeconds: 3601}
+		}, Rule{}, "lease 3601000ms out of range"},
+		{"negative lease", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Concurrency = &v1alpha1.Concurrency{MaxInFlight: 5, LeaseSeconds: -1}
+		}, Rule{}, "lease -1000ms out of range"},
+		{"region share below one request", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Concurrency = &v1alpha1.Concurrency{MaxInFlight: 3}
+			s.Regions = []v1alpha1.RegionShare{{Name: "eu", Percent: 70}, {Name: "us", Percent: 30}}
+		}, Rule{}, `region "us" gets 30% of maxInFlight 3, less than one request`},
 		{"unknown failure mode", func(s *v1alpha1.RateLimitRuleSpec) { s.FailureMode = "Maybe" }, Rule{}, "failureMode"},
 	}
 	for _, c := range cases {
@@ -102,5 +124,23 @@ func TestCompileConflicts(t *testing.T) {
 		if v.Accepted && v.Rule == nil {
 			t.Errorf("%s: accepted without a rule", items[i].Name)
 		}
+	}
+}
+
+func TestInFlightLimit(t *testing.T) {
+	r := Rule{MaxInFlight: 7, Regions: []RegionShare{{"eu", 70}, {"us", 30}}}
+	for _, c := range []struct {
+		region string
+		want   int64
+	}{{"", 7}, {"eu", 4}, {"us", 2}, {"ap", 7}} {
+		if got := r.InFlightLimit(c.region); got != c.want {
+			t.Errorf("InFlightLimit(%q) = %d, want %d", c.region, got, c.want)
+		}
+	}
+	if got := (&Rule{}).InFlightLimit(""); got != 0 {
+		t.Errorf("a rule without concurrency: limit %d, want 0", got)
+	}
+	if got := (&Rule{MaxInFlight: 1}).Lease(); got != 10*time.Second {
+		t.Errorf("default lease %v, want 10s", got)
 	}
 }

@@ -50,6 +50,8 @@ func appendRule(b []byte, r *Rule) []byte {
 		}
 		b = append(b, ']')
 	}
+	b = appendIntField(b, "mi", int64(r.MaxInFlight))
+	b = appendIntField(b, "mil", r.MaxInFlightLeaseMs)
 	if r.Source != "" {
 		b = append(b, `,"s":`...)
 		b = appendString(b, r.Source)
@@ -85,4 +87,16 @@ func appendString(b []byte, s string) []byte {
 		i += size
 	}
 	return append(b, '"')
+}
+
+// appendIntField appends the field name with value v, or nothing when v is
+// 0 (as omitempty does).
+func appendIntField(b []byte, name string, v int64) []byte {
+	if v == 0 {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return strconv.AppendInt(b, v, 10)
 }

@@ -36,6 +36,11 @@ type Rule struct {
 	// Regions split the limit between regions; their percentages add up to
 	// 100.
 	Regions []RegionShare `json:"rg,omitempty"`
+	// MaxInFlight caps the requests in flight cluster-wide (0: no cap).
+	MaxInFlight int32 `json:"mi,omitempty"`
+	// MaxInFlightLeaseMs is the lease of a concurrency slot (0: the
+	// default, DefaultLeaseMs).
+	MaxInFlightLeaseMs int64 `json:"mil,omitempty"`
 	// Source names the RateLimitRule this was compiled from ("namespace/name");
 	// empty for built-in rules.
 	Source string `json:"s,omitempty"`
@@ -150,7 +155,57 @@ func (r *Rule) Validate() error {
 	case r.FailureMode > FailClosed:
 		return fmt.Errorf("rule %s/%s: unknown failure mode %d", r.Tenant, r.Route, r.FailureMode)
 	}
-	return r.validateHotKey()
+	if err := r.validateHotKey(); err != nil {
+		return err
+	}
+	return r.validateConcurrency()
+}
+
+// Bounds and default of spec.concurrency; they match the CRD schema.
+const (
+	MaxMaxInFlight = 100_000
+	DefaultLeaseMs = 10_000
+	MinLeaseMs     = 1_000
+	MaxLeaseMs     = 3600 * 1000
+)
+
+func (r *Rule) validateConcurrency() error {
+	switch {
+	case r.MaxInFlight < 0 || r.MaxInFlight > MaxMaxInFlight:
+		return fmt.Errorf("rule %s/%s: maxInFlight %d out of range [1, %d]", r.Tenant, r.Route, r.MaxInFlight, MaxMaxInFlight)
+	case r.MaxInFlightLeaseMs != 0 && (r.MaxInFlightLeaseMs < MinLeaseMs || r.MaxInFlightLeaseMs > MaxLeaseMs):
+		return fmt.Errorf("rule %s/%s: concurrency lease %dms out of range [%d, %d]", r.Tenant, r.Route, r.MaxInFlightLeaseMs, MinLeaseMs, MaxLeaseMs)
+	case r.MaxInFlightLeaseMs != 0 && r.MaxInFlight == 0:
+		return fmt.Errorf("rule %s/%s: a concurrency lease without maxInFlight", r.Tenant, r.Route)
+	}
+	for _, g := range r.Regions {
+		if r.MaxInFlight > 0 && int64(r.MaxInFlight)*int64(g.Percent) < 100 {
+			return fmt.Errorf("rule %s/%s: region %q gets %d%% of maxInFlight %d, less than one request",
+				r.Tenant, r.Route, clip.String(g.Name), g.Percent, r.MaxInFlight)
+		}
+	}
+	return nil
+}
+
+// InFlightLimit is the number of requests in flight region may hold under
+// the rule: MaxInFlight, or its region's share of it (rounded down, at least
+// 1) when the rule is split and lists region. 0: no cap.
+func (r *Rule) InFlightLimit(region string) int64 {
+	if r.MaxInFlight <= 0 {
+		return 0
+	}
+	if pct, ok := r.Share(region); ok {
+		return max(1, int64(r.MaxInFlight)*int64(pct)/100)
+	}
+	return int64(r.MaxInFlight)
+}
+
+// Lease is the lease of a concurrency slot.
+func (r *Rule) Lease() time.Duration {
+	if r.MaxInFlightLeaseMs <= 0 {
+		return DefaultLeaseMs * time.Millisecond
+	}
+	return time.Duration(r.MaxInFlightLeaseMs) * time.Millisecond
 }
 
 func (r *Rule) validateHotKey() error {
@@ -271,6 +326,13 @@ func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 	}
 	for _, g := range spec.Regions {
 		r.Regions = append(r.Regions, RegionShare{Name: g.Name, Percent: g.Percent})
+	}
+	if c := spec.Concurrency; c != nil {
+		if c.MaxInFlight < 1 {
+			return Rule{}, fmt.Errorf("%s: spec.concurrency.maxInFlight %d: want 1 to %d", source, c.MaxInFlight, MaxMaxInFlight)
+		}
+		r.MaxInFlight = c.MaxInFlight
+		r.MaxInFlightLeaseMs = int64(c.LeaseSeconds) * 1000
 	}
 	if err := r.Validate(); err != nil {
 		return Rule{}, fmt.Errorf("%s: %w", source, err)

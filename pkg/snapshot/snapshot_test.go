@@ -169,6 +169,9 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 		{"bad tenant", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a:b","r":"x","c":1,"n":1,"p":1000}]}`), "tenant"},
 		{"zero capacity", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":0,"n":1,"p":1000}]}`), "capacity"},
 		{"short period", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":10}]}`), "period"},
+		{"negative maxInFlight", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000,"mi":-1}]}`), "maxInFlight"},
+		{"lease without maxInFlight", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000,"mil":5000}]}`), "lease without maxInFlight"},
+		{"short lease", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000,"mi":2,"mil":10}]}`), "lease 10ms"},
 		{"duplicate", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000},{"t":"a","r":"x","c":2,"n":1,"p":1000}]}`), "duplicate"},
 		{"wrong shard", gz(fmt.Sprintf(`{"format":1,"index":%d,"count":2,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000}]}`, 1-tenantShardIndex("a", 2))), "belongs in shard"},
 		{"wrong shard, format 2", gz(fmt.Sprintf(`{"format":2,"index":%d,"count":2,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000}]}`, 1-ShardIndex("a", "x", 2))), "belongs in shard"},
@@ -290,7 +293,8 @@ func FuzzAppendRule(f *testing.F) {
 	f.Add("a\"b\\c\x00\x7f\xff", "é\u2028", int64(-1), int64(0), int64(1<<62), true, uint8(2), "")
 	f.Fuzz(func(t *testing.T, tenant, route string, c, n, p int64, shadow bool, fm uint8, src string) {
 		r := Rule{Tenant: tenant, Route: route, Capacity: c, RefillTokens: n, RefillPeriodMs: p, Shadow: shadow, FailureMode: FailureMode(fm), Source: src,
-			Prefetch: PrefetchMode(fm % 3), Batch: int32(c), ErrorBudgetPercent: int32(n), Shards: int32(p)}
+			Prefetch: PrefetchMode(fm % 3), Batch: int32(c), ErrorBudgetPercent: int32(n), Shards: int32(p),
+			MaxInFlight: int32(n), MaxInFlightLeaseMs: c}
 		if shadow {
 			r.Regions = []RegionShare{{Name: route, Percent: int32(c)}, {Name: src, Percent: 1}}
 		}
