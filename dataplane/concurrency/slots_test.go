@@ -1,0 +1,218 @@
+package concurrency
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
+)
+
+func limit(key string, n int64, lease time.Duration) Limit {
+	return Limit{Key: key, Max: n, Lease: lease}
+}
+
+// TestSlotsHoldTheLimitUnderContention: 200 goroutines on three Slots (three
+// gateways) each take a slot, hold it briefly and release it; no more than
+// the limit is ever held at once, and everything is released at the end.
+func TestSlotsHoldTheLimitUnderContention(t *testing.T) {
+	srv := redistest.Start(t)
+	var gws []*Slots
+	for range 3 {
+		gws = append(gws, New(Options{Client: srv.Client(t), GatewayID: "gw", Timeout: 30 * time.Second}))
+	}
+	l := limit(Key("shop", "orders"), 5, 10*time.Second)
+	var inFlight, maxSeen, admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slot, out := gws[i%3].Acquire(context.Background(), l)
+			if !out.Allowed {
+				return
+			}
+			admitted.Add(1)
+			n := inFlight.Add(1)
+			for m := maxSeen.Load(); n > m && !maxSeen.CompareAndSwap(m, n); m = maxSeen.Load() {
+			}
+			time.Sleep(time.Millisecond)
+			inFlight.Add(-1)
+			slot.Release()
+		}()
+	}
+	wg.Wait()
+	if maxSeen.Load() > 5 || admitted.Load() < 5 {
+		t.Fatalf("at most %d held at once and %d admitted; want at most 5 and at least 5", maxSeen.Load(), admitted.Load())
+	}
+	if n := srv.Client(t).ZCard(context.Background(), l.Key).Val(); n != 0 {
+		t.Fatalf("%d slots left in Redis after every request ended", n)
+	}
+	for i, g := range gws {
+		if n := g.InFlight(); n != 0 {
+			t.Fatalf("gateway %d still counts %d in flight", i, n)
+		}
+	}
+}
+
+func TestReleaseOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	s := New(Options{Client: srv.Client(t), GatewayID: "gw", Timeout: 30 * time.Second})
+	l := limit(Key("shop", "orders"), 2, 10*time.Second)
+	a, _ := s.Acquire(context.Background(), l)
+	b, _ := s.Acquire(context.Background(), l)
+	if _, out := s.Acquire(context.Background(), l); out.Allowed || out.Held != 2 || out.Source != limiter.SourceRedis {
+		t.Fatalf("third acquire: %+v, want refused by Redis with 2 held", out)
+	}
+	a.Release()
+	a.Release()
+	if n := srv.Client(t).ZCard(context.Background(), l.Key).Val(); n != 1 || s.InFlight() != 1 {
+		t.Fatalf("after releasing one slot twice: %d in Redis, %d counted; want 1 and 1", n, s.InFlight())
+	}
+	b.Release()
+	var nilSlot *Slot
+	nilSlot.Release() // a fail-open admission holds no slot
+	if s.InFlight() != 0 {
+		t.Fatalf("%d counted in flight, want 0", s.InFlight())
+	}
+}
+
+// TestRenewalKeepsSlotsAlive: one RenewDue sends one call per key, for all
+// of the key's slots, and moves their expiry to Redis's now plus the lease.
+func TestRenewalKeepsSlotsAlive(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	s := New(Options{Client: c, GatewayID: "gw", Timeout: 30 * time.Second})
+	ctx := context.Background()
+	keys := []string{Key("shop", "orders"), Key("shop", "reports"), Key("other", "orders")}
+	for _, k := range keys {
+		for range 3 {
+			if _, out := s.Acquire(ctx, limit(k, 5, time.Second)); !out.Allowed {
+				t.Fatalf("acquire on %s: %+v", k, out)
+			}
+		}
+	}
+	before := c.ZRangeWithScores(ctx, keys[0], 0, -1).Val()
+	// Nothing is due yet.
+	if n, err := s.RenewDue(ctx, time.Now()); n != 0 || err != nil {
+		t.Fatalf("renewed %d (%v) before anything was due", n, err)
+	}
+	var pipelines, renewedKeys int
+	s.opts.OnRenew = func(keys int, err error) { pipelines++; renewedKeys += keys }
+	n, err := s.RenewDue(ctx, time.Now().Add(time.Hour))
+	if err != nil || n != 9 || pipelines != 1 || renewedKeys != 3 {
+		t.Fatalf("renewed %d slots of %d keys in %d pipelines (%v); want 9 of 3 in 1", n, renewedKeys, pipelines, err)
+	}
+	after := c.ZRangeWithScores(ctx, keys[0], 0, -1).Val()
+	for i := range after {
+		if after[i].Score < before[i].Score {
+			t.Fatalf("renewal moved an expiry back: %v -> %v", before[i], after[i])
+		}
+	}
+	// The script cache lost (a restart of Redis keeps nothing; here only the
+	// cache): the renewal sends the script itself.
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.RenewDue(ctx, time.Now().Add(2*time.Hour)); err != nil || n != 9 {
+		t.Fatalf("renewal after SCRIPT FLUSH: %d renewed, %v", n, err)
+	}
+}
+
+// TestDeadGatewaySlotsExpire: a gateway that stops renewing (its Redis
+// connection is gone, as when its process dies) without releasing leaves
+// slots that expire one lease after their last write, in Redis time; then
+// another gateway gets them.
+func TestDeadGatewaySlotsExpire(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	dead := New(Options{Client: srv.Redis.Client(), GatewayID: "dead", Timeout: 30 * time.Second, Tick: 10 * time.Millisecond})
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go dead.Run(runCtx) // renewing, until its connection goes
+	l := limit(Key("shop", "orders"), 3, time.Second)
+	for range 3 {
+		if _, out := dead.Acquire(ctx, l); !out.Allowed {
+			t.Fatalf("acquire: %+v", out)
+		}
+	}
+	_ = dead.opts.Client.(interface{ Close() error }).Close()
+	c := srv.Client(t)
+	lastWrite := redisNow(t, c) // the dead gateway writes nothing after this
+	for _, z := range c.ZRangeWithScores(ctx, l.Key, 0, -1).Val() {
+		if int64(z.Score) > lastWrite+l.Lease.Milliseconds() {
+			t.Fatalf("slot %v expires later than the lease after the gateway's last write (%d)", z, lastWrite)
+		}
+	}
+	live := New(Options{Client: c, GatewayID: "live", Timeout: 30 * time.Second})
+	for redisNow(t, c) <= lastWrite+l.Lease.Milliseconds() {
+		time.Sleep(50 * time.Millisecond)
+	}
+	slot, out := live.Acquire(ctx, l)
+	if !out.Allowed || out.Held != 1 {
+		t.Fatalf("acquire after the dead gateway's leases ran out: %+v, want granted with 1 held", out)
+	}
+	slot.Release()
+}
+
+func redisNow(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	tm, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm.UnixMilli()
+}
+
+// TestFailureModes: with Redis gone, LocalFallback caps each gateway at
+// max(1, limit/N), FailOpen admits without a slot, FailClosed refuses.
+func TestFailureModes(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	srv.Kill()
+	s := New(Options{Client: c, GatewayID: "gw", Replicas: func() int { return 3 }, Timeout: 5 * time.Second})
+	ctx := context.Background()
+	l := limit(Key("shop", "orders"), 7, time.Second) // 7/3: 2 per gateway
+	a, out := s.Acquire(ctx, l)
+	b, out2 := s.Acquire(ctx, l)
+	_, out3 := s.Acquire(ctx, l)
+	if !out.Allowed || !out2.Allowed || out3.Allowed || out3.Limit != 2 || out3.Source != limiter.SourceLocal {
+		t.Fatalf("local fallback: %+v %+v %+v, want 2 admitted of a local limit of 2", out, out2, out3)
+	}
+	a.Release()
+	a.Release()
+	if _, out := s.Acquire(ctx, l); !out.Allowed {
+		t.Fatalf("after a release: %+v, want admitted", out)
+	}
+	b.Release()
+	l.FailureMode = snapshot.FailOpen
+	if slot, out := s.Acquire(ctx, l); !out.Allowed || slot != nil || out.Source != limiter.SourceFailOpen {
+		t.Fatalf("fail open: %+v, %v", out, slot)
+	}
+	l.FailureMode = snapshot.FailClosed
+	if _, out := s.Acquire(ctx, l); out.Allowed || out.Source != limiter.SourceFailClosed {
+		t.Fatalf("fail closed: %+v", out)
+	}
+}
+
+func TestLocalOnly(t *testing.T) {
+	s := New(Options{Replicas: func() int { return 10 }})
+	l := limit(Key("shop", "orders"), 5, time.Second) // 5/10: at least 1
+	a, out := s.Acquire(context.Background(), l)
+	if _, out2 := s.Acquire(context.Background(), l); !out.Allowed || out2.Allowed || out2.Limit != 1 {
+		t.Fatalf("local only: %+v %+v, want 1 of 1", out, out2)
+	}
+	a.Release()
+	if s.InFlight() != 0 {
+		t.Fatalf("%d in flight after release", s.InFlight())
+	}
+	if got := LocalLimit(100, 0); got != 100 {
+		t.Fatalf("LocalLimit(100, 0) = %d", got)
+	}
+}
