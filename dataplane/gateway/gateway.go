@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"net"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/health"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/tollgate-dev/tollgate/dataplane/concurrency"
 	"github.com/tollgate-dev/tollgate/dataplane/decision"
 	"github.com/tollgate-dev/tollgate/dataplane/httproutes"
 	"github.com/tollgate-dev/tollgate/dataplane/identity"
@@ -23,6 +25,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/rls"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
 	"github.com/tollgate-dev/tollgate/dataplane/rules"
+	"github.com/tollgate-dev/tollgate/internal/lib/ratelog"
 )
 
 // The gateway is built in four files, read in this order: gateway.go
@@ -47,6 +50,7 @@ type Gateway struct {
 	members    membership.Counter
 	redis      redis.UniversalClient // nil with --limiter=local
 	chain      *limiter.Chain
+	slots      *concurrency.Slots
 	engine     *decision.Engine
 	handler    *proxy.Handler // nil without --routes (rate limit service only)
 
@@ -81,6 +85,7 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 	if err := g.buildChain(); err != nil {
 		return nil, err
 	}
+	g.buildSlots()
 	resolver := g.resolver()
 	g.engine = decision.New(decision.Options{
 		Rules: g.store, Limiter: g.chain, Region: opts.Region, Replicas: g.members.Replicas,
@@ -90,6 +95,7 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 			Decider: g.engine, Identity: resolver,
 			Metrics: g.metrics, IETFHeaders: opts.IETFHeaders, Logger: log.WithName("proxy"),
 			UpstreamTimeout: opts.UpstreamTimeout, ClientBodyTimeout: opts.ClientBodyTimeout, Failures: opts.failureLimiter(),
+			Slots: g.slots, Region: opts.Region,
 		}
 		if g.httpRoutes != nil {
 			po.HTTPRoutes = g.httpRoutes.Current
@@ -162,6 +168,29 @@ func (g *Gateway) buildChain() error {
 		g.metrics.RegisterRedisStats(g.chain.Stats)
 	}
 	return nil
+}
+
+// buildSlots builds the concurrency slots (spec.concurrency) on the
+// limiter's Redis client, or local ones with --limiter=local.
+func (g *Gateway) buildSlots() {
+	id := g.opts.PodName
+	if id == "" {
+		id, _ = os.Hostname()
+	}
+	opts := concurrency.Options{
+		GatewayID: id, Replicas: g.members.Replicas, Timeout: max(g.opts.RedisMaxWait, g.opts.RedisTimeout),
+		Down: func() bool { return g.chain.State() == "open" },
+	}
+	if g.redis != nil {
+		opts.Client = g.redis
+		log := ratelog.New(g.log.WithName("concurrency"), 10*time.Second)
+		opts.OnRenew = func(keys int, err error) {
+			if err != nil {
+				log.Error(err, "renewing concurrency slot leases failed; they expire unless a later renewal succeeds", "keys", keys)
+			}
+		}
+	}
+	g.slots = concurrency.New(opts)
 }
 
 // listen binds the proxy, rate limit service and admin listeners.

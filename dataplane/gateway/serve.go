@@ -31,6 +31,7 @@ func (g *Gateway) loops() []loop {
 	ls := []loop{
 		{"replica counting", g.members.Run},
 		{"Redis probe", quiet(g.chain.Run)},
+		{"concurrency slot renewal", quiet(g.slots.Run)},
 	}
 	if g.routes != nil {
 		ls = append(ls, loop{"routes file", quiet(g.routes.Run)})

@@ -70,3 +70,38 @@ func State(name string, d decision.Decision) string {
 func CeilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
+
+// ConcurrencyUnit is the IETF quota unit of a concurrency limit.
+const ConcurrencyUnit = "concurrent-requests"
+
+// ConcurrencyName is the name of a concurrency limit's items in the IETF
+// headers: the route's name with "-concurrency" appended, so it never
+// equals the token bucket's item.
+func ConcurrencyName(name string) string { return name + "-concurrency" }
+
+// ConcurrencyPolicy is the RateLimit-Policy item of a concurrency limit of
+// limit requests in flight: a quota in the unit concurrent-requests, with
+// no window (a slot comes back when a request ends, not over time):
+//
+//	"create-order-concurrency";q=5;qu="concurrent-requests"
+func ConcurrencyPolicy(name string, limit int64) string {
+	return `"` + ConcurrencyName(name) + `";q=` + strconv.FormatInt(limit, 10) + `;qu="` + ConcurrencyUnit + `"`
+}
+
+// ConcurrencyState is the RateLimit item of a concurrency limit: r slots
+// remaining (0 for a rejected request). It carries no t: when a slot comes
+// back depends on other requests ending.
+//
+//	"create-order-concurrency";r=2
+func ConcurrencyState(name string, remaining int64) string {
+	return `"` + ConcurrencyName(name) + `";r=` + strconv.FormatInt(max(0, remaining), 10)
+}
+
+// AppendItem adds item to a structured field list value (RateLimit-Policy,
+// RateLimit): "a" and "b" make "a, b".
+func AppendItem(list, item string) string {
+	if list == "" {
+		return item
+	}
+	return list + ", " + item
+}

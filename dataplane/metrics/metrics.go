@@ -65,6 +65,17 @@ type Gateway struct {
 	// reason (IdentityMissing, IdentityInvalid, IdentityUnknown,
 	// IdentityLimited). It never carries the key.
 	IdentityFailures *prometheus.CounterVec
+	// ConcurrencyInFlight is the number of concurrency slots (spec.concurrency)
+	// this gateway holds, by route.
+	ConcurrencyInFlight *prometheus.GaugeVec
+	// ConcurrencyRejections counts requests refused a concurrency slot, by
+	// route, result (rejected, shadow_rejected) and source (redis, local,
+	// fail-closed).
+	ConcurrencyRejections *prometheus.CounterVec
+	// ConcurrencyUnenforced counts decisions of the Envoy rate limit service
+	// for rules with spec.concurrency, which it cannot enforce (no signal for
+	// the end of a request): only their token bucket decided.
+	ConcurrencyUnenforced prometheus.Counter
 }
 
 // Reasons of Gateway.IdentityFailures.
@@ -153,9 +164,22 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 			Help:    "Time from forwarding a request to the upstream's response headers, by route.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route"}),
+		ConcurrencyInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tollgate_gateway_concurrency_in_flight",
+			Help: "Concurrency slots (spec.concurrency) held by this gateway's requests in flight, by route.",
+		}, []string{"route"}),
+		ConcurrencyRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_gateway_concurrency_rejections_total",
+			Help: "Requests refused a concurrency slot, by route, result (rejected, shadow_rejected) and source (redis: the cluster-wide limit; local: the local share during a Redis outage, or a Redis call that failed; fail-closed).",
+		}, []string{"route", "result", "source"}),
+		ConcurrencyUnenforced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_rls_concurrency_unenforced_total",
+			Help: "Rate limit service decisions under rules with spec.concurrency, which Envoy's protocol cannot enforce (no end-of-request signal): only the token bucket decided.",
+		}),
 	}
 	reg.MustRegister(m.Decisions, m.Responses, m.RedisDuration, m.RedisErrors, m.RedisTimeout, m.Breaker, m.Replicas, m.ReplicasCounted,
 		m.SnapshotVersion, m.SnapshotFormat, m.BuildInfo, m.SnapshotLoaded, m.Rules, m.ReloadErrors, m.UpstreamDuration, m.IdentityFailures,
+		m.ConcurrencyInFlight, m.ConcurrencyRejections, m.ConcurrencyUnenforced,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, s := range []string{"closed", "open", "half-open"} {
 		m.Breaker.WithLabelValues(s).Set(0)

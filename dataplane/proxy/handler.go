@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate-dev/tollgate/dataplane/concurrency"
 	"github.com/tollgate-dev/tollgate/dataplane/decision"
 	"github.com/tollgate-dev/tollgate/dataplane/httpguard"
 	"github.com/tollgate-dev/tollgate/dataplane/httproutes"
@@ -49,6 +50,12 @@ type Options struct {
 	// Failures limits failed identifications per client address; nil
 	// limits nothing.
 	Failures *identity.FailureLimiter
+	// Slots holds the concurrency slots of rules with spec.concurrency; nil
+	// enforces no concurrency limit.
+	Slots *concurrency.Slots
+	// Region is this gateway's region (--region): a rule split between
+	// regions caps concurrency at the region's share.
+	Region string
 	// ClientBodyTimeout bounds the time a client takes to send a request
 	// body, from the start of the handler; a body still unfinished then is
 	// answered 408 and the connection closed. Zero means no bound.
@@ -182,6 +189,14 @@ func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *up
 		h.reply(w, up.id, http.StatusTooManyRequests, "rate limit exceeded")
 		return
 	}
+	// The slot is released when forwarding ends: the response body sent,
+	// the client gone, the upstream failed, an upgraded connection closed,
+	// or a panic (http.ErrAbortHandler) on the way out.
+	slot, ok := h.takeSlot(w, r, up, tenant, rule)
+	if !ok {
+		return
+	}
+	defer slot.release()
 	if body != nil {
 		// The body is read while forwarding: the upstream's error handler
 		// finds it in the context to tell a client's timeout from the

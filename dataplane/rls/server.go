@@ -73,6 +73,9 @@ type Server struct {
 	opts     Options
 	log      *ratelog.Logger
 	counters sync.Map // route label → *metrics.DecisionCounters
+	// unenforced holds the rules with spec.concurrency already logged as
+	// not enforced here (see noteUnenforced).
+	unenforced sync.Map // "source tenant route" → struct{}
 }
 
 // New returns a Server.
@@ -119,6 +122,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 		if rule == nil {
 			return nil, status.Error(codes.Internal, "no rule for a decision")
+		}
+		if rule.MaxInFlight > 0 {
+			s.noteUnenforced(rule)
 		}
 		r := decided{t: t, d: d, rule: rule}
 		result := metrics.Allowed
@@ -248,4 +254,22 @@ func (s *Server) countersFor(label string) *metrics.DecisionCounters {
 	c := s.opts.Metrics.DecisionCounters(label, numSources, func(i int) string { return limiter.Source(i).String() })
 	actual, _ := s.counters.LoadOrStore(label, c)
 	return actual.(*metrics.DecisionCounters)
+}
+
+// noteUnenforced counts a decision under a rule with spec.concurrency and
+// logs the rule once: Envoy's rate limit protocol has no signal for the end
+// of a request, so the service cannot release a concurrency slot, and only
+// the rule's token bucket decides here. (Envoy's apply_on_stream_done sends
+// a second, fire-and-forget ShouldRateLimit at stream end; it is neither
+// guaranteed to arrive nor renewable for a long request, so a slot taken on
+// its promise would leak or expire mid-request.)
+func (s *Server) noteUnenforced(rule *snapshot.Rule) {
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.ConcurrencyUnenforced.Inc()
+	}
+	key := rule.Source + " " + rule.Tenant + " " + rule.Route
+	if _, seen := s.unenforced.LoadOrStore(key, struct{}{}); !seen {
+		s.opts.Logger.Info("the rate limit service does not enforce spec.concurrency (Envoy sends no end-of-request signal); only the token bucket decides",
+			"rule", rule.Source, "tenant", rule.Tenant, "route", rule.Route, "maxInFlight", rule.MaxInFlight)
+	}
 }
