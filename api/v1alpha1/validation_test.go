@@ -159,6 +159,14 @@ var _ = Describe("RateLimitRule schema", func() {
 		Entry("region share below one token per shard", both(both(set("spec.capacity", int64(4)), set("spec.hotKey", map[string]any{"shards": int64(4)})),
 			set("spec.regions", []any{map[string]any{"name": "eu", "percent": int64(50)}, map[string]any{"name": "us", "percent": int64(50)}})),
 			"spec", "must hold at least one token per shard"),
+		Entry("maxInFlight of zero", set("spec.concurrency", map[string]any{"maxInFlight": int64(0)}), "spec.concurrency.maxInFlight", "greater than or equal to 1"),
+		Entry("maxInFlight too large", set("spec.concurrency", map[string]any{"maxInFlight": int64(100_001)}), "spec.concurrency.maxInFlight", "less than or equal to 100000"),
+		Entry("concurrency without maxInFlight", set("spec.concurrency", map[string]any{"leaseSeconds": int64(5)}), "spec.concurrency.maxInFlight", "Required value"),
+		Entry("lease of zero", set("spec.concurrency", map[string]any{"maxInFlight": int64(5), "leaseSeconds": int64(0)}), "spec.concurrency.leaseSeconds", "greater than or equal to 1"),
+		Entry("lease over an hour", set("spec.concurrency", map[string]any{"maxInFlight": int64(5), "leaseSeconds": int64(3601)}), "spec.concurrency.leaseSeconds", "less than or equal to 3600"),
+		Entry("region share below one request", both(set("spec.concurrency", map[string]any{"maxInFlight": int64(1)}), set("spec.regions", []any{
+			map[string]any{"name": "eu", "percent": int64(50)}, map[string]any{"name": "us", "percent": int64(50)}})),
+			"spec", "share of spec.concurrency.maxInFlight (maxInFlight x percent / 100) must be at least one request"),
 		Entry("region share of zero", set("spec.regions", []any{
 			map[string]any{"name": "eu", "percent": int64(0)}, map[string]any{"name": "us", "percent": int64(100)}}),
 			"spec.regions[0].percent", "greater than or equal to 1"),
@@ -192,5 +200,20 @@ var _ = Describe("RateLimitRule schema", func() {
 		Entry("shards equal to capacity", both(set("spec.capacity", int64(4)), set("spec.hotKey", map[string]any{"shards": int64(4)}))),
 		Entry("70/30 region shares", set("spec.regions", []any{
 			map[string]any{"name": "eu-west", "percent": int64(70)}, map[string]any{"name": "us-east", "percent": int64(30)}})),
+		Entry("a concurrency limit", set("spec.concurrency", map[string]any{"maxInFlight": int64(5)})),
+		Entry("concurrency at its maximum", set("spec.concurrency", map[string]any{"maxInFlight": int64(100_000), "leaseSeconds": int64(3600)})),
+		Entry("concurrency of one with a one-second lease", set("spec.concurrency", map[string]any{"maxInFlight": int64(1), "leaseSeconds": int64(1)})),
+		Entry("concurrency split 70/30", both(set("spec.concurrency", map[string]any{"maxInFlight": int64(4)}), set("spec.regions", []any{
+			map[string]any{"name": "eu-west", "percent": int64(70)}, map[string]any{"name": "us-east", "percent": int64(30)}}))),
 	)
+
+	It("defaults spec.concurrency.leaseSeconds to 10", func() {
+		u := valid()
+		set("spec.concurrency", map[string]any{"maxInFlight": int64(5)})(u)
+		Expect(k8s.Create(context.Background(), u)).To(Succeed())
+		lease, found, err := unstructured.NestedInt64(u.Object, "spec", "concurrency", "leaseSeconds")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(found).To(BeTrue())
+		Expect(lease).To(Equal(int64(10)))
+	})
 })

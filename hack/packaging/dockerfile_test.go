@@ -352,6 +352,7 @@ func TestDockerignore(t *testing.T) {
 		"main.go":                    false,
 		"go.sum":                     false,
 		"lua/token_bucket.lua":       false, // embedded
+		"lua/concurrency.lua":        false, // embedded
 		"config/samples/ratelimit_v1alpha1_ratelimitrule_shop-a.yaml": false, // embedded
 		"dataplane/gateway/gateway.go":                                false,
 		"internal/cli/root.go":                                        false,
