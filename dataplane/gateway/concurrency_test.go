@@ -366,3 +366,67 @@ func redisNow(t *testing.T, c *redis.Client) int64 {
 	}
 	return tm.UnixMilli()
 }
+
+// TestConcurrencyReleasedWhenUpgradeEnds: an upgraded connection
+// (WebSocket-style, 101 Switching Protocols) holds its slot while it is
+// open and gives it back when the client closes it.
+func TestConcurrencyReleasedWhenUpgradeEnds(t *testing.T) {
+	srv := redistest.Start(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "Upgrade")
+		w.Header().Set("Upgrade", "echo")
+		w.WriteHeader(http.StatusSwitchingProtocols)
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = io.Copy(conn, brw) // echo until the client closes
+	}))
+	defer up.Close()
+	gws := concCluster(t, srv, up.URL, rule("conc", "shop", "list-orders", 1000, slow, "concurrency: {maxInFlight: 1, leaseSeconds: 60}"))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(gws[0].url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.WriteString(conn, "GET /orders HTTP/1.1\r\nHost: x\r\nX-Api-Key: shop\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	buf := make([]byte, 4096)
+	n, _ := conn.Read(buf)
+	if !strings.HasPrefix(string(buf[:n]), "HTTP/1.1 101") {
+		t.Fatalf("answer %q, want 101", buf[:n])
+	}
+	c := srv.Client(t)
+	key := concurrency.Key("shop", "list-orders")
+	if n := slotCount(t, c, key); n != 1 {
+		t.Fatalf("%d slots held by an open upgraded connection, want 1", n)
+	}
+	if res, _ := send(t, "GET", gws[1].url+"/orders", "shop"); res.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a second request while the connection is open: %d, want 429", res.StatusCode)
+	}
+	conn.Close()
+	waitFor(t, 30*time.Second, "slot released", func() bool { return slotCount(t, c, key) == 0 })
+}
+
+// TestRLSDoesNotEnforceConcurrency: the rate limit service cannot release
+// slots (Envoy sends no end-of-request call), so a rule with
+// spec.concurrency decides with its token bucket alone there, and the
+// decisions are counted as unenforced; no slot is taken in Redis.
+func TestRLSDoesNotEnforceConcurrency(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEnv(t, "http://127.0.0.1:1", rule("r", "shop", "create-order", 3, slow, "concurrency: {maxInFlight: 1}"))
+	gw := start(t, e.rlsOptions(srv.Addr()), testLogger(t))
+	c := rlsClient(t, gw)
+	var codes []string
+	for range 4 {
+		codes = append(codes, statusCodes(call(t, c, "envoy", 0, tr("shop", "create-order"))))
+	}
+	if got := strings.Join(codes, " "); got != "OK OK OK OVER_LIMIT" {
+		t.Fatalf("codes %s, want the token bucket's OK OK OK OVER_LIMIT", got)
+	}
+	if v := metricValue(t, gw, "tollgate_rls_concurrency_unenforced_total"); v != 4 {
+		t.Fatalf("unenforced decisions %v, want 4", v)
+	}
+	if n := slotCount(t, srv.Client(t), concurrency.Key("shop", "create-order")); n != 0 {
+		t.Fatalf("%d slots taken by the rate limit service", n)
+	}
+}
