@@ -30,6 +30,10 @@ import (
 
 var script = redis.NewScript(lua.Concurrency)
 
+// errDown stands for the failure of a call not made because Redis is known
+// to be down.
+var errDown = errors.New("redis is down (circuit breaker open)")
+
 // Client is the part of a go-redis client the slots use; single-node,
 // Sentinel and Cluster clients all satisfy it.
 type Client interface {
@@ -161,6 +165,10 @@ type Slot struct {
 func (s *Slots) Acquire(ctx context.Context, l Limit) (*Slot, Outcome) {
 	if s.opts.Client == nil {
 		return s.acquireLocal(l)
+	}
+	if s.opts.Down() {
+		// Known down: no call waits for a Redis that does not answer.
+		return s.failed(l, errDown)
 	}
 	member := s.id + ":" + strconv.FormatUint(s.seq.Add(1), 36)
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)

@@ -216,3 +216,21 @@ func TestLocalOnly(t *testing.T) {
 		t.Fatalf("LocalLimit(100, 0) = %d", got)
 	}
 }
+
+// TestKnownDownSkipsRedis: while Redis is known down (the limiter's breaker
+// is open) an acquire does not call it: the local share decides at once,
+// even though this Redis would never answer.
+func TestKnownDownSkipsRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	srv.Pause() // a Redis that accepts connections and never answers
+	defer srv.Resume()
+	down := true
+	s := New(Options{Client: c, GatewayID: "gw", Down: func() bool { return down }, Timeout: time.Hour})
+	l := limit(Key("shop", "orders"), 2, time.Second)
+	slot, out := s.Acquire(context.Background(), l)
+	if !out.Allowed || out.Source != limiter.SourceLocal || out.Limit != 2 {
+		t.Fatalf("acquire with Redis known down: %+v, want the local share", out)
+	}
+	slot.Release()
+}
