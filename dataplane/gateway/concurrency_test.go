@@ -147,6 +147,9 @@ func TestConcurrencyLimitAcrossGateways(t *testing.T) {
 	if rejected != 45 {
 		t.Fatalf("%v concurrency rejections counted, want 45", rejected)
 	}
+	if held := inFlightGauge(t, gws); held != 5 {
+		t.Fatalf("tollgate_gateway_concurrency_in_flight adds up to %v, want 5", held)
+	}
 	up.open()
 	for range 5 {
 		if a := <-answers; a.status != http.StatusOK {
@@ -157,11 +160,51 @@ func TestConcurrencyLimitAcrossGateways(t *testing.T) {
 		t.Fatalf("the upstream held %d requests at once, want 5", m)
 	}
 	waitFor(t, 30*time.Second, "slots released", func() bool { return slotCount(t, c, key) == 0 })
+	if held := inFlightGauge(t, gws); held != 0 {
+		t.Fatalf("tollgate_gateway_concurrency_in_flight adds up to %v after every request ended", held)
+	}
 	for i := range 5 {
 		if res, _ := send(t, "POST", gws[i%3].url+"/orders", "shop"); res.StatusCode != http.StatusOK {
 			t.Fatalf("after the releases: %d", res.StatusCode)
 		}
 	}
+}
+
+func inFlightGauge(t *testing.T, gws []*running) (sum float64) {
+	t.Helper()
+	for _, gw := range gws {
+		sum += metricValue(t, gw, `tollgate_gateway_concurrency_in_flight{route="create-order"}`)
+	}
+	return sum
+}
+
+// TestConcurrencyLocalShareDuringOutage: with Redis gone, a LocalFallback
+// rule admits max(1, maxInFlight/N) requests at once on each gateway: 6/3 =
+// 2 here; the third gets 429 with Retry-After: 1.
+func TestConcurrencyLocalShareDuringOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	up := newHeldUpstream(t)
+	gws := concCluster(t, srv, up.URL, rule("conc", "shop", "create-order", 1000, slow, "concurrency: {maxInFlight: 6}"))
+	srv.Kill()
+	for range 2 {
+		go func() {
+			req, _ := http.NewRequest("POST", gws[0].url+"/orders", nil)
+			req.Header.Set("X-Api-Key", "shop")
+			if res, err := client.Do(req); err == nil {
+				res.Body.Close()
+			}
+		}()
+	}
+	receive(t, up.arrived, 2, "requests at the upstream")
+	res, _ := send(t, "POST", gws[0].url+"/orders", "shop")
+	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") != "1" ||
+		!strings.Contains(res.Header.Get("RateLimit-Policy"), `"create-order-concurrency";q=2;`) {
+		t.Fatalf("a third request on one gateway: %d %v, want 429, Retry-After: 1 and the local share q=2", res.StatusCode, res.Header)
+	}
+	if v := metricValue(t, gws[0], `tollgate_gateway_concurrency_rejections_total{result="rejected",route="create-order",source="local"}`); v != 1 {
+		t.Fatalf("local rejections %v, want 1", v)
+	}
+	up.open()
 }
 
 // TestConcurrencyReleasedOnClientCancel: a client that goes away while its
