@@ -58,6 +58,8 @@ type Report struct {
 	// LocalFallback is the local bucket used while Redis cannot decide (for
 	// LocalFallback rules).
 	LocalFallback LocalFallback `json:"localFallback"`
+	// Concurrency is the rule's concurrency limit; nil when it has none.
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
 }
 
 // Rule is the rule in force.
@@ -207,6 +209,7 @@ func Build(ctx context.Context, src Source, tenant, route string) Report {
 		}
 		r.Buckets = append(r.Buckets, out)
 	}
+	r.Concurrency = concurrencyOf(ctx, src, plan, tenant, route)
 	l := src.Chain.LocalHeld(buckets[0])
 	r.LocalFallback = LocalFallback{Key: l.Key, Exists: l.Exists, Tokens: l.Tokens, Capacity: l.Capacity, RefillPerSecond: l.RefillPerSecond}
 	return r

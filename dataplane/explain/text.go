@@ -16,6 +16,7 @@ func (r Report) WriteText(w io.Writer) error {
 	t := &text{}
 	t.rule(r)
 	t.buckets(r)
+	t.concurrency(r)
 	t.fallback(r)
 	_, err := io.WriteString(w, t.String())
 	return err

@@ -473,3 +473,42 @@ func TestRLSDoesNotEnforceConcurrency(t *testing.T) {
 		t.Fatalf("%d slots taken by the rate limit service", n)
 	}
 }
+
+// TestExplainConcurrency: /debug/explain shows the concurrency limit, its
+// key and the slots held now in Redis (read without a write), and its text
+// form says so.
+func TestExplainConcurrency(t *testing.T) {
+	srv := redistest.Start(t)
+	up := newHeldUpstream(t)
+	gws := concCluster(t, srv, up.URL, rule("conc", "shop", "create-order", 1000, slow, "concurrency: {maxInFlight: 5, leaseSeconds: 30}"))
+	for range 2 {
+		go func() {
+			req, _ := http.NewRequest("POST", gws[0].url+"/orders", nil)
+			req.Header.Set("X-Api-Key", "shop")
+			if res, err := client.Do(req); err == nil {
+				res.Body.Close()
+			}
+		}()
+	}
+	receive(t, up.arrived, 2, "requests at the upstream")
+	key := concurrency.Key("shop", "create-order")
+	before := srv.Client(t).ZRangeWithScores(context.Background(), key, 0, -1).Val()
+	r := explainOf(t, gws[1], "shop", "create-order")
+	c := r.Concurrency
+	if c == nil || c.Key != key || c.MaxInFlight != 5 || c.LeaseSeconds != 30 || c.Held == nil || *c.Held != 2 || c.Error != "" {
+		t.Fatalf("concurrency %+v, want key %s, 5 in flight at most, 2 held", c, key)
+	}
+	after := srv.Client(t).ZRangeWithScores(context.Background(), key, 0, -1).Val()
+	if len(after) != len(before) {
+		t.Fatalf("explaining changed the slots: %v then %v", before, after)
+	}
+	var text strings.Builder
+	if err := r.WriteText(&text); err != nil || !strings.Contains(text.String(), "at most 5 in flight (HTTP proxy only), lease 30s") ||
+		!strings.Contains(text.String(), key+"  2 held now") {
+		t.Fatalf("text (%v):\n%s", err, text.String())
+	}
+	if r := explainOf(t, gws[1], "other", "create-order"); r.Concurrency != nil {
+		t.Fatalf("a rule without concurrency: %+v", r.Concurrency)
+	}
+	up.open()
+}
