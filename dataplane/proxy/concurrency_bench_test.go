@@ -1,0 +1,101 @@
+package proxy_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/dataplane/concurrency"
+	"github.com/tollgate-dev/tollgate/dataplane/decision"
+	"github.com/tollgate-dev/tollgate/dataplane/identity"
+	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/dataplane/metrics"
+	"github.com/tollgate-dev/tollgate/dataplane/proxy"
+	"github.com/tollgate-dev/tollgate/dataplane/routes"
+	"github.com/tollgate-dev/tollgate/dataplane/rules"
+	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
+)
+
+// BenchmarkForwardRedis forwards requests to a loopback upstream through the
+// whole handler with a real Redis: a plain token bucket rule, and the same
+// rule with a concurrency limit (a slot acquired before and released after
+// each request). It reports Redis script calls per request, each one round
+// trip here (from Redis's INFO commandstats; lease renewals, one call per
+// key every lease/3 for all of a gateway's requests on it, are not running
+// here).
+//
+//	go test -run '^$' -bench ForwardRedis -benchmem ./dataplane/proxy/
+func BenchmarkForwardRedis(b *testing.B) {
+	for _, c := range []struct {
+		name        string
+		maxInFlight int32
+	}{{"bucket", 0}, {"bucket+concurrency", 1000}} {
+		b.Run(c.name, func(b *testing.B) {
+			srv := redistest.Start(b)
+			client := srv.Client(b)
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+			defer up.Close()
+			h := redisHandler(b, client, up.URL, c.maxInFlight)
+			req := httptest.NewRequest("POST", "/orders", nil)
+			req.Header.Set("X-Api-Key", "shop")
+			before := scriptCalls(b, client)
+			b.ReportAllocs()
+			for b.Loop() {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				if w.Code != 200 {
+					b.Fatalf("status %d", w.Code)
+				}
+			}
+			b.ReportMetric(float64(scriptCalls(b, client)-before)/float64(b.N), "redis-calls/req")
+		})
+	}
+}
+
+func redisHandler(b *testing.B, client *redis.Client, upstream string, maxInFlight int32) *proxy.Handler {
+	table, err := routes.Parse([]byte("routes:\n  - id: create-order\n    methods: [POST]\n    path: /orders\n    upstream: " + upstream + "\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	store := rules.NewStore(snapshot.Rule{Tenant: "*", Route: "*", Capacity: 1 << 30, RefillTokens: 1 << 30, RefillPeriodMs: 1000, MaxInFlight: maxInFlight})
+	chain := limiter.NewChain(limiter.ChainOptions{Client: client, Timeout: time.Second, MaxWait: time.Second})
+	b.Cleanup(func() { _ = chain.Close() })
+	h := proxy.New(proxy.Options{
+		Routes:   func() *routes.Table { return table },
+		Decider:  decision.New(decision.Options{Rules: store, Limiter: chain}),
+		Identity: identity.Direct{},
+		Metrics:  metrics.NewGateway(prometheus.NewRegistry()),
+		Logger:   logr.Discard(),
+		Slots:    concurrency.New(concurrency.Options{Client: client, GatewayID: "bench", Timeout: time.Second}),
+	})
+	b.Cleanup(h.Close)
+	return h
+}
+
+// scriptCalls is the number of EVALSHA and EVAL calls Redis has run.
+func scriptCalls(b *testing.B, c *redis.Client) int64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if v, ok := strings.CutPrefix(line, cmd); ok {
+				calls, _ := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
+				n += calls
+			}
+		}
+	}
+	return n
+}
