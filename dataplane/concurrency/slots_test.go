@@ -2,6 +2,7 @@ package concurrency
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -233,4 +234,36 @@ func TestKnownDownSkipsRedis(t *testing.T) {
 		t.Fatalf("acquire with Redis known down: %+v, want the local share", out)
 	}
 	slot.Release()
+}
+
+// TestRedisCluster: slot sets of many tenants spread over a Redis Cluster;
+// acquire, one renewal pipeline (split by node by the client, the script
+// sent again where a node lost it) and release all work across nodes.
+func TestRedisCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	c := cl.Client(t)
+	s := New(Options{Client: c, GatewayID: "gw", Timeout: 30 * time.Second})
+	ctx := context.Background()
+	var slots []*Slot
+	for i := range 20 {
+		slot, out := s.Acquire(ctx, limit(Key("tenant-"+strconv.Itoa(i), "orders"), 1, 10*time.Second))
+		if !out.Allowed {
+			t.Fatalf("acquire %d: %+v", i, out)
+		}
+		slots = append(slots, slot)
+	}
+	if err := c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.ScriptFlush(ctx).Err() }); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.RenewDue(ctx, time.Now().Add(time.Hour)); err != nil || n != 20 {
+		t.Fatalf("renewed %d of 20 slots over the cluster: %v", n, err)
+	}
+	for _, sl := range slots {
+		sl.Release()
+	}
+	for i := range 20 {
+		if n := c.ZCard(ctx, Key("tenant-"+strconv.Itoa(i), "orders")).Val(); n != 0 {
+			t.Fatalf("tenant-%d: %d slots left after release", i, n)
+		}
+	}
 }
