@@ -512,3 +512,75 @@ func TestExplainConcurrency(t *testing.T) {
 	}
 	up.open()
 }
+
+// holdOne sends one request for tenant shop through gw and returns once the
+// upstream holds it.
+func holdOne(t *testing.T, gw *running, up *heldUpstream) {
+	t.Helper()
+	go func() {
+		req, _ := http.NewRequest("POST", gw.url+"/orders", nil)
+		req.Header.Set("X-Api-Key", "shop")
+		if res, err := client.Do(req); err == nil {
+			res.Body.Close()
+		}
+	}()
+	receive(t, up.arrived, 1, "request at the upstream")
+}
+
+// TestConcurrencyLongRequestKeepsItsSlot: a request that runs past its
+// slot's first lease keeps the slot: the gateway renews it (the expiry
+// moves, in Redis time) and a second request is still refused.
+func TestConcurrencyLongRequestKeepsItsSlot(t *testing.T) {
+	srv := redistest.Start(t)
+	up := newHeldUpstream(t)
+	gws := concCluster(t, srv, up.URL, rule("conc", "shop", "create-order", 1000, slow, "concurrency: {maxInFlight: 1, leaseSeconds: 2}"))
+	holdOne(t, gws[0], up)
+	c := srv.Client(t)
+	key := concurrency.Key("shop", "create-order")
+	first := c.ZRangeWithScores(context.Background(), key, 0, -1).Val()
+	if len(first) != 1 {
+		t.Fatalf("slots %v, want 1", first)
+	}
+	for redisNow(t, c) <= int64(first[0].Score)+200 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	now := c.ZRangeWithScores(context.Background(), key, 0, -1).Val()
+	if len(now) != 1 || now[0].Member != first[0].Member || now[0].Score <= first[0].Score {
+		t.Fatalf("past the first lease: slots %v, want %v renewed", now, first)
+	}
+	if res, _ := send(t, "POST", gws[1].url+"/orders", "shop"); res.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a second request while the long one runs: %d, want 429", res.StatusCode)
+	}
+	up.open()
+}
+
+// TestConcurrencyShadow: a Shadow rule over its concurrency limit lets the
+// request through, marked X-RateLimit-Shadow: would-reject, and counts it.
+func TestConcurrencyShadow(t *testing.T) {
+	srv := redistest.Start(t)
+	up := newHeldUpstream(t)
+	gws := concCluster(t, srv, up.URL, rule("conc", "shop", "create-order", 1000, slow, "mode: Shadow", "concurrency: {maxInFlight: 1}"))
+	holdOne(t, gws[0], up)
+	done := make(chan *http.Response, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", gws[1].url+"/orders", nil)
+		req.Header.Set("X-Api-Key", "shop")
+		res, err := client.Do(req)
+		if err != nil {
+			t.Errorf("request: %v", err)
+			done <- nil
+			return
+		}
+		res.Body.Close()
+		done <- res
+	}()
+	receive(t, up.arrived, 1, "the second request at the upstream")
+	up.open()
+	res := <-done
+	if res == nil || res.StatusCode != http.StatusOK || res.Header.Get("X-RateLimit-Shadow") != "would-reject" {
+		t.Fatalf("second request under a Shadow rule: %v, want 200 marked would-reject", res)
+	}
+	if v := metricValue(t, gws[1], `tollgate_gateway_concurrency_rejections_total{result="shadow_rejected",route="create-order",source="redis"}`); v != 1 {
+		t.Fatalf("shadow rejections %v, want 1", v)
+	}
+}
