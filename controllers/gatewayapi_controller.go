@@ -334,7 +334,7 @@ func supportedFeatures() []gwv1.SupportedFeature {
 	for _, f := range []string{"Gateway", "HTTPRoute", "HTTPRouteMethodMatching", "HTTPRouteQueryParamMatching",
 		"HTTPRouteNamedRouteRule", "HTTPRoutePathRedirect", "HTTPRoutePathRewrite", "HTTPRouteHostRewrite",
 		"HTTPRoutePortRedirect", "HTTPRouteSchemeRedirect", "HTTPRouteRequestTimeout", "HTTPRouteBackendTimeout",
-		"HTTPRouteParentRefPort", "ReferenceGrant"} {
+		"HTTPRouteParentRefPort", "ReferenceGrant", "GatewayHTTPSListenerDetectMisdirectedRequests"} {
 		out = append(out, gwv1.SupportedFeature{Name: gwv1.FeatureName(f)})
 	}
 	return out

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 
 	"github.com/tollgate-dev/tollgate/dataplane/httpguard"
 	"github.com/tollgate-dev/tollgate/dataplane/rls"
+	"github.com/tollgate-dev/tollgate/dataplane/tlscerts"
+	"github.com/tollgate-dev/tollgate/internal/lib/urlpath"
 	"github.com/tollgate-dev/tollgate/pkg/routetable"
 )
 
@@ -84,7 +87,7 @@ func (g *Gateway) servers() []server {
 	if g.handler != nil && g.tlsLn != nil {
 		// TLS below the header check: it scans the decrypted bytes.
 		ln := httpguard.Listener(tls.NewListener(g.tlsLn, g.certs.Config()))
-		ss = append(ss, g.proxyServer("HTTPS proxy", withTLSState(g.handler), ln))
+		ss = append(ss, g.proxyServer("HTTPS proxy", withTLSState(g.handler, g.certs), ln))
 	}
 	if g.rls != nil {
 		// Health reports NOT_SERVING until Ready, like /readyz.
@@ -121,13 +124,23 @@ func (g *Gateway) proxyServer(name string, handler http.Handler, ln net.Listener
 
 // withTLSState sets r.TLS, which net/http leaves nil when the TLS
 // connection is wrapped (by httpguard), so that routing sees the request
-// came over TLS (the HTTPS listeners' rules, "https" redirects).
-func withTLSState(next http.Handler) http.Handler {
+// came over TLS (the HTTPS listeners' rules, "https" redirects). A request
+// whose Host would get another certificate than the connection's server
+// name (SNI) got is answered 421 Misdirected Request (RFC 9110): a
+// connection made for one HTTPS listener does not serve another's hosts.
+func withTLSState(next http.Handler, certs *tlscerts.Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c := httpguard.FromContext(r.Context()); c != nil && r.TLS == nil {
 			if tc, ok := c.Conn.(*tls.Conn); ok {
 				st := tc.ConnectionState()
 				r.TLS = &st
+			}
+		}
+		if r.TLS != nil && r.TLS.ServerName != "" {
+			host, set := urlpath.Host(r.Host), certs.Current()
+			if !strings.EqualFold(host, r.TLS.ServerName) && set.Lookup(host) != set.Lookup(r.TLS.ServerName) {
+				http.Error(w, "misdirected request: the Host is served with another certificate than this connection's server name", http.StatusMisdirectedRequest)
+				return
 			}
 		}
 		next.ServeHTTP(w, r)

@@ -295,6 +295,11 @@ spec:
 			return httpsGet(tlsAddr, "api.shared.example.com", "api.shared.example.com", "/", "probe", roots)
 		}, 20*time.Second, 50*time.Millisecond).Should(And(HaveField("Status", 200), HaveField("CN", "shared")))
 
+		By("421 for a Host that another listener's certificate serves than the connection's server name")
+		r, err = httpsGet(tlsAddr, "api.shared.example.com", "shop.example.com", "/items", "probe", roots)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(r.Status).To(Equal(http.StatusMisdirectedRequest))
+
 		By("no certificate for a name no listener serves; the HTTPS-only route is not served over plain HTTP")
 		_, err = httpsGet(tlsAddr, "missing.example.com", "missing.example.com", "/", "probe", roots)
 		Expect(err).To(HaveOccurred())
