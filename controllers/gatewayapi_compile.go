@@ -449,10 +449,16 @@ func newBackendIndex(in *gwInput) *backendIndex {
 			b.slices[k] = append(b.slices[k], s)
 		}
 	}
-	for i := range in.grants {
-		b.grants[in.grants[i].Namespace] = append(b.grants[in.grants[i].Namespace], &in.grants[i])
-	}
+	b.grants = grantsByNamespace(in.grants)
 	return b
+}
+
+func grantsByNamespace(grants []gwv1.ReferenceGrant) map[string][]*gwv1.ReferenceGrant {
+	out := map[string][]*gwv1.ReferenceGrant{}
+	for i := range grants {
+		out[grants[i].Namespace] = append(out[grants[i].Namespace], &grants[i])
+	}
+	return out
 }
 
 // permitted reports whether a ReferenceGrant in ns lets objects of kind

@@ -57,8 +57,9 @@ func checkCertSecret(s *corev1.Secret) *certInfo {
 }
 
 // certRefs are the certificate Secrets referenced by the HTTPS listeners of
-// gateways of our classes.
-func certRefs(gws []gwv1.Gateway, classes []gwv1.GatewayClass) []types.NamespacedName {
+// gateways of our classes, in their namespace or permitted by a
+// ReferenceGrant (the controller reads no other Secret).
+func certRefs(gws []gwv1.Gateway, classes []gwv1.GatewayClass, grants *backendIndex) []types.NamespacedName {
 	ours := map[string]bool{}
 	for _, c := range classes {
 		ours[c.Name] = c.Spec.ControllerName == ControllerName
@@ -74,10 +75,12 @@ func certRefs(gws []gwv1.Gateway, classes []gwv1.GatewayClass) []types.Namespace
 				continue
 			}
 			for _, ref := range l.TLS.CertificateRefs {
-				if k := secretKey(gw.Namespace, ref); !seen[k] && isSecret(ref) {
-					seen[k] = true
-					out = append(out, k)
+				k := secretKey(gw.Namespace, ref)
+				if seen[k] || !isSecret(ref) || k.Namespace != gw.Namespace && !grants.permitted("Gateway", gw.Namespace, k.Namespace, "Secret", k.Name) {
+					continue
 				}
+				seen[k] = true
+				out = append(out, k)
 			}
 		}
 	}
@@ -101,7 +104,7 @@ func secretKey(gwNS string, ref gwv1.SecretObjectReference) types.NamespacedName
 // depends on (secretEvent).
 func (r *GatewayAPIReconciler) readCerts(ctx context.Context, in *gwInput) error {
 	in.certs = map[types.NamespacedName]*certInfo{}
-	refs := certRefs(in.gateways, in.classes)
+	refs := certRefs(in.gateways, in.classes, &backendIndex{grants: grantsByNamespace(in.grants)})
 	for _, k := range refs {
 		var s corev1.Secret
 		switch err := r.apiReader.Get(ctx, k, &s); {

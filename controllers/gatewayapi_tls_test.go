@@ -156,3 +156,39 @@ func TestGatewayAPIHTTPSListeners(t *testing.T) {
 		t.Errorf("rules: %d HTTP, %d HTTPS, want 1 and 1: %+v", plain, secure, out.table.Rules)
 	}
 }
+
+// TestCertRefsReadsOnlyPermittedSecrets: the controller reads the Secrets
+// of its own Gateways' HTTPS listeners in their namespace or allowed by a
+// ReferenceGrant, and no other.
+func TestCertRefsReadsOnlyPermittedSecrets(t *testing.T) {
+	classes := []gwv1.GatewayClass{
+		{ObjectMeta: metav1.ObjectMeta{Name: "tollgate"}, Spec: gwv1.GatewayClassSpec{ControllerName: ControllerName}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Spec: gwv1.GatewayClassSpec{ControllerName: "example.com/other"}},
+	}
+	gw := func(class, name string, ls ...gwv1.Listener) gwv1.Gateway {
+		return gwv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: "infra", Name: name},
+			Spec: gwv1.GatewaySpec{GatewayClassName: gwv1.ObjectName(class), Listeners: ls}}
+	}
+	gws := []gwv1.Gateway{
+		gw("tollgate", "ours",
+			httpsListener("a", "a.example.com", 443, secretRef("", "local")),
+			httpsListener("b", "b.example.com", 443, secretRef("granted", "cert")),
+			httpsListener("c", "c.example.com", 443, secretRef("denied", "cert")),
+			httpsListener("d", "d.example.com", 443, secretRef("", "local"))),
+		gw("other", "theirs", httpsListener("a", "a.example.com", 443, secretRef("", "not-ours"))),
+	}
+	grants := grantsByNamespace([]gwv1.ReferenceGrant{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "granted", Name: "g"}, Spec: gwv1.ReferenceGrantSpec{
+			From: []gwv1.ReferenceGrantFrom{{Group: gwGroup, Kind: "Gateway", Namespace: "infra"}},
+			To:   []gwv1.ReferenceGrantTo{{Kind: "Secret", Name: ptr.To(gwv1.ObjectName("cert"))}}}},
+		// Allows HTTPRoutes, not Gateways.
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "denied", Name: "g"}, Spec: gwv1.ReferenceGrantSpec{
+			From: []gwv1.ReferenceGrantFrom{{Group: gwGroup, Kind: "HTTPRoute", Namespace: "infra"}},
+			To:   []gwv1.ReferenceGrantTo{{Kind: "Secret"}}}},
+	})
+	got := certRefs(gws, classes, &backendIndex{grants: grants})
+	want := []types.NamespacedName{{Namespace: "infra", Name: "local"}, {Namespace: "granted", Name: "cert"}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("Secrets read: %v, want %v", got, want)
+	}
+}
