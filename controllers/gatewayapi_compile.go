@@ -150,6 +150,9 @@ func (out *gwOutput) compileGateways(in *gwInput, idx *backendIndex) map[types.N
 			}
 		}
 		switch {
+		case gw.Spec.TLS != nil:
+			out.gwAccepted[nn(gw)] = cond(string(gwv1.GatewayConditionAccepted), false, "UnsupportedValue",
+				"spec.tls is not supported: tollgate validates no client certificates and presents none to backends", gw.Generation)
 		case len(gw.Spec.Addresses) > 0:
 			out.gwAccepted[nn(gw)] = cond(string(gwv1.GatewayConditionAccepted), false, string(gwv1.GatewayReasonUnsupportedAddress),
 				"spec.addresses is not supported: the Gateway's address is the tollgate gateway Service's", gw.Generation)
@@ -161,6 +164,13 @@ func (out *gwOutput) compileGateways(in *gwInput, idx *backendIndex) map[types.N
 		default:
 			out.gwAccepted[nn(gw)] = cond(string(gwv1.GatewayConditionAccepted), false, string(gwv1.GatewayReasonListenersNotValid),
 				"no listener is valid; see status.listeners", gw.Generation)
+		}
+		if out.gwAccepted[nn(gw)].Status != metav1.ConditionTrue {
+			// A Gateway that is not accepted serves nothing.
+			for _, ls := range out.listeners[nn(gw)] {
+				ls.valid = false
+				ls.conds[3] = cond(string(gwv1.ListenerConditionProgrammed), false, string(gwv1.ListenerReasonInvalid), "the Gateway is not accepted", gw.Generation)
+			}
 		}
 	}
 	return gateways
@@ -281,6 +291,9 @@ func listenerAccepted(l *gwv1.Listener, in *gwInput, g int64) metav1.Condition {
 		return unsupported("protocol HTTPS is not served: the controller runs with --gateway-tls-port=0")
 	case l.Protocol == gwv1.HTTPSProtocolType && l.TLS != nil && l.TLS.Mode != nil && *l.TLS.Mode != gwv1.TLSModeTerminate:
 		return unsupported(fmt.Sprintf("tls.mode %s is not supported: the tollgate gateway terminates TLS (mode Terminate)", *l.TLS.Mode))
+	case l.Protocol == gwv1.HTTPSProtocolType && l.TLS != nil && len(l.TLS.Options) > 0:
+		return cond(string(gwv1.ListenerConditionAccepted), false, string(gwv1.ListenerReasonUnsupportedValue),
+			"tls.options are not supported: tollgate takes no implementation-specific TLS options", g)
 	case l.Protocol == gwv1.HTTPSProtocolType && l.Port != in.tlsPort:
 		return unavailable("HTTPS", in.tlsPort, "--gateway-tls-port")
 	case l.Protocol == gwv1.HTTPSProtocolType:

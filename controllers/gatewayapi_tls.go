@@ -155,8 +155,6 @@ func (ls *listenerState) resolveCerts(in *gwInput, idx *backendIndex, certs map[
 	}
 	if ls.l.TLS == nil || len(ls.l.TLS.CertificateRefs) == 0 {
 		fail(string(gwv1.ListenerReasonInvalidCertificateRef), "an HTTPS listener needs tls.certificateRefs (a kubernetes.io/tls Secret)")
-	} else if len(ls.l.TLS.Options) > 0 {
-		fail(string(gwv1.ListenerReasonInvalidCertificateRef), "tls.options are not supported by tollgate")
 	}
 	for i, ref := range tlsRefs(ls.l) {
 		k := secretKey(gw.Namespace, ref)

@@ -61,7 +61,13 @@ func TestGatewayAPIHTTPSListeners(t *testing.T) {
 		{Name: "passthrough", Port: 443, Protocol: gwv1.HTTPSProtocolType, Hostname: ptr.To(gwv1.Hostname("i.example.com")),
 			TLS: &gwv1.ListenerTLSConfig{Mode: ptr.To(gwv1.TLSModePassthrough)}},
 		httpsListener("dup", "shop.example.com", 443, secretRef("", "good")),
+		{Name: "options", Port: 443, Protocol: gwv1.HTTPSProtocolType, Hostname: ptr.To(gwv1.Hostname("j.example.com")),
+			TLS: &gwv1.ListenerTLSConfig{CertificateRefs: []gwv1.SecretObjectReference{secretRef("", "good")},
+				Options: map[gwv1.AnnotationKey]gwv1.AnnotationValue{"example.com/cipher": "x"}}},
 	}}}}
+	in.gateways = append(in.gateways, gwv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: "infra", Name: "mtls"}, Spec: gwv1.GatewaySpec{
+		GatewayClassName: "tollgate", TLS: &gwv1.GatewayTLSConfig{},
+		Listeners: []gwv1.Listener{httpsListener("https", "", 443, secretRef("", "good"))}}})
 	in.grants = []gwv1.ReferenceGrant{{ObjectMeta: metav1.ObjectMeta{Namespace: "granted", Name: "gw-certs"}, Spec: gwv1.ReferenceGrantSpec{
 		From: []gwv1.ReferenceGrantFrom{{Group: gwGroup, Kind: "Gateway", Namespace: "infra"}},
 		To:   []gwv1.ReferenceGrantTo{{Group: "", Kind: "Secret"}},
@@ -110,11 +116,16 @@ func TestGatewayAPIHTTPSListeners(t *testing.T) {
 		{"tls", "Accepted", "False/UnsupportedProtocol"},
 		{"passthrough", "Accepted", "False/UnsupportedProtocol"},
 		{"dup", "Conflicted", "True/HostnameConflict"},
+		{"options", "Accepted", "False/UnsupportedValue"},
 		{"http", "Conflicted", "False/NoConflicts"},
 	} {
 		if g := got[c.listener][c.cond]; g != c.want {
 			t.Errorf("listener %s %s = %q, want %q", c.listener, c.cond, g, c.want)
 		}
+	}
+
+	if c := out.gwAccepted[types.NamespacedName{Namespace: "infra", Name: "mtls"}]; string(c.Status)+"/"+c.Reason != "False/UnsupportedValue" {
+		t.Errorf("Gateway with spec.tls: Accepted %s/%s, want False/UnsupportedValue", c.Status, c.Reason)
 	}
 
 	// The route table names the usable certificates per listener: good
