@@ -203,3 +203,25 @@ func TestCertRefsReadsOnlyPermittedSecrets(t *testing.T) {
 		t.Errorf("Secrets read: %v, want %v", got, want)
 	}
 }
+
+// TestUnacceptedGatewayServesNothing: the routes of a Gateway that is not
+// accepted (here: spec.addresses) are not in the route table, and its
+// listeners say Programmed=False. (Before, its valid listeners served.)
+func TestUnacceptedGatewayServesNothing(t *testing.T) {
+	in := &gwInput{port: 80, tlsPort: 443, namespaces: map[string]labels.Set{"infra": {}}}
+	in.classes = []gwv1.GatewayClass{{ObjectMeta: metav1.ObjectMeta{Name: "tollgate"}, Spec: gwv1.GatewayClassSpec{ControllerName: ControllerName}}}
+	in.gateways = []gwv1.Gateway{{ObjectMeta: metav1.ObjectMeta{Namespace: "infra", Name: "gw"}, Spec: gwv1.GatewaySpec{GatewayClassName: "tollgate",
+		Addresses: []gwv1.GatewaySpecAddress{{Value: "10.0.0.1"}},
+		Listeners: []gwv1.Listener{{Name: "http", Port: 80, Protocol: gwv1.HTTPProtocolType}}}}}
+	r := hr("infra", "shop", time.Unix(0, 0), nil, testRule{prefix("/"), "svc"})
+	r.Spec.ParentRefs = []gwv1.ParentReference{{Name: "gw"}}
+	in.routes = []gwv1.HTTPRoute{r}
+	out := compileGatewayAPI(in)
+	if len(out.table.Rules) != 0 {
+		t.Errorf("route table of a Gateway that is not accepted: %+v, want none", out.table.Rules)
+	}
+	ls := out.listeners[types.NamespacedName{Namespace: "infra", Name: "gw"}][0]
+	if c := ls.conds[3]; c.Type != "Programmed" || c.Status != metav1.ConditionFalse {
+		t.Errorf("listener %s = %s, want Programmed False", c.Type, c.Status)
+	}
+}
