@@ -35,15 +35,27 @@ type gwInput struct {
 	slices     []discoveryv1.EndpointSlice
 	grants     []gwv1.ReferenceGrant
 	namespaces map[string]labels.Set // namespace -> labels
-	// port is the listener port the gateway Service serves HTTP on.
-	port int32
+	// port is the listener port the gateway Service serves HTTP on,
+	// tlsPort the one it serves HTTPS on (0: none).
+	port, tlsPort int32
+	// certs are the certificate Secrets HTTPS listeners of our Gateways
+	// reference, read and checked (gatewayapi_tls.go).
+	certs map[types.NamespacedName]*certInfo
+	// bundle is the current content of the TLS Secret the gateways read:
+	// the last good certificates.
+	bundle map[string][]byte
 }
 
 // listenerState is one listener of one of our Gateways.
 type listenerState struct {
-	gw       *gwv1.Gateway
-	l        *gwv1.Listener
-	valid    bool // accepted and not conflicted: routes may attach
+	gw    *gwv1.Gateway
+	l     *gwv1.Listener
+	valid bool // accepted and not conflicted: routes may attach
+	tls   bool // an HTTPS listener
+	// certs are the certificate Secrets ("namespace/name") an HTTPS
+	// listener serves: valid ones, and invalid ones whose last good
+	// certificate is in the TLS Secret.
+	certs    []string
 	kinds    []gwv1.RouteGroupKind
 	attached int32
 	conds    []metav1.Condition
@@ -63,6 +75,9 @@ type gwOutput struct {
 	// after publishing).
 	gwAccepted map[types.NamespacedName]metav1.Condition
 	routes     map[types.NamespacedName]*routeVerdict
+	// certs are the certificate Secrets of accepted HTTPS listeners, for
+	// the TLS Secret.
+	certs map[string]*certInfo
 }
 
 func nn(o metav1.Object) types.NamespacedName {
@@ -83,28 +98,34 @@ func compileGatewayAPI(in *gwInput) *gwOutput {
 	out := &gwOutput{
 		classOK: map[string]bool{}, listeners: map[types.NamespacedName][]*listenerState{},
 		gwAccepted: map[types.NamespacedName]metav1.Condition{}, routes: map[types.NamespacedName]*routeVerdict{},
+		certs: map[string]*certInfo{},
 	}
 	for _, c := range in.classes {
 		if c.Spec.ControllerName == ControllerName {
 			out.classOK[c.Name] = true
 		}
 	}
-	gateways := out.compileGateways(in)
 	idx := newBackendIndex(in)
-	table := &routetable.Table{Format: routetable.Format}
+	gateways := out.compileGateways(in, idx)
+	table := &routetable.Table{Format: routetable.Format, TLS: out.tlsListeners(in)}
 	routes := append([]gwv1.HTTPRoute(nil), in.routes...)
 	sort.Slice(routes, func(i, j int) bool { return nn(&routes[i]).String() < nn(&routes[j]).String() })
 	for i := range routes {
 		rt := &routes[i]
 		rules, resolved, unsupported := compileRules(rt, idx)
-		v, hostnames, attached := out.attachRoute(rt, gateways, in.namespaces, resolved, unsupported)
+		v, byProtocol := out.attachRoute(rt, gateways, in.namespaces, resolved, unsupported)
 		out.routes[nn(rt)] = v
-		if !attached {
-			continue
-		}
-		for _, r := range rules {
-			r.Hostnames = hostnames
-			table.Rules = append(table.Rules, r)
+		// One copy of the rules per kind of listener (HTTP, HTTPS) the
+		// route is attached to, each with its own hostnames.
+		for _, tls := range []bool{false, true} {
+			hostnames, attached := byProtocol[tls]
+			if !attached {
+				continue
+			}
+			for _, r := range rules {
+				r.Hostnames, r.TLS = hostnames, tls
+				table.Rules = append(table.Rules, r)
+			}
 		}
 	}
 	out.table = table
@@ -113,7 +134,7 @@ func compileGatewayAPI(in *gwInput) *gwOutput {
 
 // compileGateways decides the listeners and the Accepted condition of every
 // Gateway of our classes, and returns those Gateways.
-func (out *gwOutput) compileGateways(in *gwInput) map[types.NamespacedName]*gwv1.Gateway {
+func (out *gwOutput) compileGateways(in *gwInput, idx *backendIndex) map[types.NamespacedName]*gwv1.Gateway {
 	gateways := map[types.NamespacedName]*gwv1.Gateway{}
 	for i := range in.gateways {
 		gw := &in.gateways[i]
@@ -121,7 +142,7 @@ func (out *gwOutput) compileGateways(in *gwInput) map[types.NamespacedName]*gwv1
 			continue
 		}
 		gateways[nn(gw)] = gw
-		out.listeners[nn(gw)] = compileListeners(gw, in.port)
+		out.listeners[nn(gw)] = compileListeners(gw, in, idx, out.certs)
 		valid := 0
 		for _, ls := range out.listeners[nn(gw)] {
 			if ls.valid {
@@ -129,6 +150,9 @@ func (out *gwOutput) compileGateways(in *gwInput) map[types.NamespacedName]*gwv1
 			}
 		}
 		switch {
+		case gw.Spec.TLS != nil:
+			out.gwAccepted[nn(gw)] = cond(string(gwv1.GatewayConditionAccepted), false, "UnsupportedValue",
+				"spec.tls is not supported: tollgate validates no client certificates and presents none to backends", gw.Generation)
 		case len(gw.Spec.Addresses) > 0:
 			out.gwAccepted[nn(gw)] = cond(string(gwv1.GatewayConditionAccepted), false, string(gwv1.GatewayReasonUnsupportedAddress),
 				"spec.addresses is not supported: the Gateway's address is the tollgate gateway Service's", gw.Generation)
@@ -141,17 +165,32 @@ func (out *gwOutput) compileGateways(in *gwInput) map[types.NamespacedName]*gwv1
 			out.gwAccepted[nn(gw)] = cond(string(gwv1.GatewayConditionAccepted), false, string(gwv1.GatewayReasonListenersNotValid),
 				"no listener is valid; see status.listeners", gw.Generation)
 		}
+		if out.gwAccepted[nn(gw)].Status != metav1.ConditionTrue {
+			// A Gateway that is not accepted serves nothing.
+			for _, ls := range out.listeners[nn(gw)] {
+				ls.valid = false
+				ls.conds[3] = cond(string(gwv1.ListenerConditionProgrammed), false, string(gwv1.ListenerReasonInvalid), "the Gateway is not accepted", gw.Generation)
+			}
+		}
 	}
 	return gateways
 }
 
+// hostKey is a hostname ("": every host) a route serves over HTTP or, with
+// tls, over HTTPS.
+type hostKey struct {
+	tls  bool
+	host string
+}
+
 // attachRoute attaches rt through each of its parentRefs that names one of
-// our Gateways. It returns the route's parent statuses, the hostnames its
-// rules serve (nil: every host), and whether it attached anywhere.
+// our Gateways. It returns the route's parent statuses and, per kind of
+// listener it attached to (tls: HTTPS), the hostnames its rules serve there
+// (nil: every host).
 func (out *gwOutput) attachRoute(rt *gwv1.HTTPRoute, gateways map[types.NamespacedName]*gwv1.Gateway, nsLabels map[string]labels.Set,
-	resolved metav1.Condition, unsupported string) (*routeVerdict, []string, bool) {
+	resolved metav1.Condition, unsupported string) (*routeVerdict, map[bool][]string) {
 	v := &routeVerdict{}
-	hosts := map[string]bool{} // "" = every host
+	hosts := map[hostKey]bool{}
 	for _, ref := range rt.Spec.ParentRefs {
 		if ref.Group != nil && *ref.Group != gwGroup || ref.Kind != nil && *ref.Kind != "Gateway" {
 			continue
@@ -172,37 +211,33 @@ func (out *gwOutput) attachRoute(rt *gwv1.HTTPRoute, gateways map[types.Namespac
 		v.parents = append(v.parents, gwv1.RouteParentStatus{ParentRef: ref, ControllerName: ControllerName,
 			Conditions: []metav1.Condition{accepted, resolved}})
 	}
-	if len(hosts) == 0 || hosts[""] {
-		return v, nil, len(hosts) > 0
-	}
-	hostnames := make([]string, 0, len(hosts))
+	byProtocol := map[bool][]string{}
 	for h := range hosts {
-		hostnames = append(hostnames, h)
+		if !hosts[hostKey{tls: h.tls}] {
+			byProtocol[h.tls] = append(byProtocol[h.tls], h.host)
+		} else {
+			byProtocol[h.tls] = nil // every host
+		}
 	}
-	sort.Strings(hostnames)
-	return v, hostnames, true
+	for _, hs := range byProtocol {
+		sort.Strings(hs)
+	}
+	return v, byProtocol
 }
 
-// compileListeners decides each listener's conditions.
-func compileListeners(gw *gwv1.Gateway, port int32) []*listenerState {
+// compileListeners decides each listener's conditions; certs collects the
+// certificate Secrets of accepted HTTPS listeners.
+func compileListeners(gw *gwv1.Gateway, in *gwInput, idx *backendIndex, certs map[string]*certInfo) []*listenerState {
 	var out []*listenerState
-	seen := map[string]bool{} // hostname of valid HTTP listeners
+	seen := map[string]bool{} // port and hostname of accepted listeners
 	g := gw.Generation
 	for i := range gw.Spec.Listeners {
 		l := &gw.Spec.Listeners[i]
-		ls := &listenerState{gw: gw, l: l}
+		ls := &listenerState{gw: gw, l: l, tls: l.Protocol == gwv1.HTTPSProtocolType}
 		out = append(out, ls)
-		accepted := cond(string(gwv1.ListenerConditionAccepted), true, string(gwv1.ListenerReasonAccepted), "", g)
+		accepted := listenerAccepted(l, in, g)
 		conflicted := cond(string(gwv1.ListenerConditionConflicted), false, string(gwv1.ListenerReasonNoConflicts), "", g)
 		resolved := cond(string(gwv1.ListenerConditionResolvedRefs), true, string(gwv1.ListenerReasonResolvedRefs), "", g)
-		switch {
-		case l.Protocol != gwv1.HTTPProtocolType:
-			accepted = cond(string(gwv1.ListenerConditionAccepted), false, string(gwv1.ListenerReasonUnsupportedProtocol),
-				fmt.Sprintf("protocol %s is not supported: the tollgate gateway serves plain HTTP listeners only (no TLS termination)", l.Protocol), g)
-		case l.Port != port:
-			accepted = cond(string(gwv1.ListenerConditionAccepted), false, string(gwv1.ListenerReasonPortUnavailable),
-				fmt.Sprintf("the tollgate gateway Service serves HTTP on port %d only (the controller's --gateway-port), not %d", port, l.Port), g)
-		}
 		var resolvedKinds *metav1.Condition
 		ls.kinds, resolvedKinds = routeKinds(l, g)
 		if resolvedKinds != nil {
@@ -213,21 +248,61 @@ func compileListeners(gw *gwv1.Gateway, port int32) []*listenerState {
 			if l.Hostname != nil {
 				host = strings.ToLower(string(*l.Hostname))
 			}
-			if seen[host] {
+			if key := fmt.Sprintf("%d %s", l.Port, host); seen[key] {
 				conflicted = cond(string(gwv1.ListenerConditionConflicted), true, string(gwv1.ListenerReasonHostnameConflict),
-					fmt.Sprintf("an earlier HTTP listener on port %d has the same hostname %q", l.Port, host), g)
+					fmt.Sprintf("an earlier listener on port %d has the same hostname %q", l.Port, host), g)
 				accepted = cond(string(gwv1.ListenerConditionAccepted), false, string(gwv1.ListenerReasonHostnameConflict), conflicted.Message, g)
+			} else {
+				seen[key] = true
 			}
-			seen[host] = true
 		}
 		ls.valid = accepted.Status == metav1.ConditionTrue && len(ls.kinds) > 0
+		certsResolved := true
+		if ls.tls && accepted.Status == metav1.ConditionTrue {
+			if c := ls.resolveCerts(in, idx, certs); c != nil {
+				resolved, certsResolved = *c, false
+			}
+		}
 		programmed := cond(string(gwv1.ListenerConditionProgrammed), ls.valid, string(gwv1.ListenerReasonProgrammed), "", g)
-		if !ls.valid {
+		switch {
+		case !ls.valid:
 			programmed = cond(string(gwv1.ListenerConditionProgrammed), false, string(gwv1.ListenerReasonInvalid), "the listener is not accepted or supports no route kind", g)
+		case !certsResolved:
+			programmed = cond(string(gwv1.ListenerConditionProgrammed), false, string(gwv1.ListenerReasonInvalid), "a certificate reference is not resolved; see ResolvedRefs", g)
 		}
 		ls.conds = []metav1.Condition{accepted, conflicted, resolved, programmed}
 	}
 	return out
+}
+
+// listenerAccepted is a listener's Accepted condition before conflicts: HTTP
+// on the gateway Service's HTTP port, HTTPS (TLS terminated) on its HTTPS
+// port.
+func listenerAccepted(l *gwv1.Listener, in *gwInput, g int64) metav1.Condition {
+	unsupported := func(msg string) metav1.Condition {
+		return cond(string(gwv1.ListenerConditionAccepted), false, string(gwv1.ListenerReasonUnsupportedProtocol), msg, g)
+	}
+	unavailable := func(proto string, port int32, flag string) metav1.Condition {
+		return cond(string(gwv1.ListenerConditionAccepted), false, string(gwv1.ListenerReasonPortUnavailable),
+			fmt.Sprintf("the tollgate gateway Service serves %s on port %d only (the controller's %s), not %d", proto, port, flag, l.Port), g)
+	}
+	switch {
+	case l.Protocol == gwv1.HTTPSProtocolType && in.tlsPort == 0:
+		return unsupported("protocol HTTPS is not served: the controller runs with --gateway-tls-port=0")
+	case l.Protocol == gwv1.HTTPSProtocolType && l.TLS != nil && l.TLS.Mode != nil && *l.TLS.Mode != gwv1.TLSModeTerminate:
+		return unsupported(fmt.Sprintf("tls.mode %s is not supported: the tollgate gateway terminates TLS (mode Terminate)", *l.TLS.Mode))
+	case l.Protocol == gwv1.HTTPSProtocolType && l.TLS != nil && len(l.TLS.Options) > 0:
+		return cond(string(gwv1.ListenerConditionAccepted), false, string(gwv1.ListenerReasonUnsupportedValue),
+			"tls.options are not supported: tollgate takes no implementation-specific TLS options", g)
+	case l.Protocol == gwv1.HTTPSProtocolType && l.Port != in.tlsPort:
+		return unavailable("HTTPS", in.tlsPort, "--gateway-tls-port")
+	case l.Protocol == gwv1.HTTPSProtocolType:
+	case l.Protocol != gwv1.HTTPProtocolType:
+		return unsupported(fmt.Sprintf("protocol %s is not supported: the tollgate gateway serves HTTP and HTTPS listeners only (no TLS passthrough, no TLSRoute)", l.Protocol))
+	case l.Port != in.port:
+		return unavailable("HTTP", in.port, "--gateway-port")
+	}
+	return cond(string(gwv1.ListenerConditionAccepted), true, string(gwv1.ListenerReasonAccepted), "", g)
 }
 
 // routeKinds are the route kinds a listener supports (HTTPRoute only), and
@@ -261,7 +336,7 @@ func routeKinds(l *gwv1.Listener, g int64) ([]gwv1.RouteGroupKind, *metav1.Condi
 // attach attaches rt through one parentRef to the matching listeners and
 // returns the Accepted condition. Attached listeners count the route, and the
 // effective hostnames are added to hosts, when count is set.
-func attach(rt *gwv1.HTTPRoute, ref gwv1.ParentReference, listeners []*listenerState, nsLabels map[string]labels.Set, hosts map[string]bool, count bool) metav1.Condition {
+func attach(rt *gwv1.HTTPRoute, ref gwv1.ParentReference, listeners []*listenerState, nsLabels map[string]labels.Set, hosts map[hostKey]bool, count bool) metav1.Condition {
 	g := rt.Generation
 	var candidates []*listenerState
 	for _, ls := range listeners {
@@ -294,7 +369,7 @@ func attach(rt *gwv1.HTTPRoute, ref gwv1.ParentReference, listeners []*listenerS
 		if count {
 			ls.attached++
 			for _, h := range hs {
-				hosts[h] = true
+				hosts[hostKey{ls.tls, h}] = true
 			}
 		}
 	}
@@ -387,19 +462,26 @@ func newBackendIndex(in *gwInput) *backendIndex {
 			b.slices[k] = append(b.slices[k], s)
 		}
 	}
-	for i := range in.grants {
-		b.grants[in.grants[i].Namespace] = append(b.grants[in.grants[i].Namespace], &in.grants[i])
-	}
+	b.grants = grantsByNamespace(in.grants)
 	return b
 }
 
-// permitted reports whether a ReferenceGrant in ns lets HTTPRoutes of from
-// reference the Service name.
-func (b *backendIndex) permitted(from, ns, name string) bool {
+func grantsByNamespace(grants []gwv1.ReferenceGrant) map[string][]*gwv1.ReferenceGrant {
+	out := map[string][]*gwv1.ReferenceGrant{}
+	for i := range grants {
+		out[grants[i].Namespace] = append(out[grants[i].Namespace], &grants[i])
+	}
+	return out
+}
+
+// permitted reports whether a ReferenceGrant in ns lets objects of kind
+// fromKind (of the Gateway API group) in namespace from reference the core
+// object toKind name (an HTTPRoute a Service, a Gateway a Secret).
+func (b *backendIndex) permitted(fromKind, from, ns, toKind, name string) bool {
 	for _, g := range b.grants[ns] {
 		okFrom := false
 		for _, f := range g.Spec.From {
-			if f.Group == gwGroup && f.Kind == "HTTPRoute" && string(f.Namespace) == from {
+			if f.Group == gwGroup && string(f.Kind) == fromKind && string(f.Namespace) == from {
 				okFrom = true
 			}
 		}
@@ -407,7 +489,7 @@ func (b *backendIndex) permitted(from, ns, name string) bool {
 			continue
 		}
 		for _, t := range g.Spec.To {
-			if t.Group == "" && t.Kind == "Service" && (t.Name == nil || string(*t.Name) == name) {
+			if t.Group == "" && string(t.Kind) == toKind && (t.Name == nil || string(*t.Name) == name) {
 				return true
 			}
 		}
@@ -438,7 +520,7 @@ func (b *backendIndex) resolve(ns string, ref *gwv1.HTTPBackendRef) (be routetab
 	if ref.Group != nil && *ref.Group != "" || ref.Kind != nil && *ref.Kind != "Service" {
 		return fail(string(gwv1.RouteReasonInvalidKind), fmt.Sprintf("backendRef %s: only core Services are supported", ref.Name))
 	}
-	if svcNS != ns && !b.permitted(ns, svcNS, string(ref.Name)) {
+	if svcNS != ns && !b.permitted("HTTPRoute", ns, svcNS, "Service", string(ref.Name)) {
 		return fail(string(gwv1.RouteReasonRefNotPermitted),
 			fmt.Sprintf("backendRef %s/%s: no ReferenceGrant in namespace %s allows HTTPRoutes from %s to reference it", svcNS, ref.Name, svcNS, ns))
 	}

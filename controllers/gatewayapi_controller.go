@@ -59,6 +59,8 @@ type GatewayAPIReconciler struct {
 	client    client.Client
 	apiReader client.Reader
 	opts      Options
+	// watchedSecrets are the Secrets the last pass read (gatewayapi_tls.go).
+	watchedSecrets watchedSecrets
 }
 
 var gwKey = reconcile.Request{NamespacedName: types.NamespacedName{Name: "gateway-api"}}
@@ -72,7 +74,7 @@ type gwLists struct {
 
 // input lists everything a pass compiles (from the cache).
 func (r *GatewayAPIReconciler) input(ctx context.Context) (*gwInput, *gwLists, error) {
-	in := &gwInput{port: r.opts.GatewayPort, namespaces: map[string]labels.Set{}}
+	in := &gwInput{port: r.opts.GatewayPort, tlsPort: r.opts.GatewayTLSPort, namespaces: map[string]labels.Set{}}
 	var l gwLists
 	var svcs corev1.ServiceList
 	var slices discoveryv1.EndpointSliceList
@@ -89,6 +91,9 @@ func (r *GatewayAPIReconciler) input(ctx context.Context) (*gwInput, *gwLists, e
 	for _, n := range nss.Items {
 		in.namespaces[n.Name] = labels.Set(n.Labels)
 	}
+	if err := r.readCerts(ctx, in); err != nil {
+		return nil, nil, err
+	}
 	return in, &l, nil
 }
 
@@ -99,9 +104,13 @@ func (r *GatewayAPIReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 		return reconcile.Result{}, err
 	}
 	out := compileGatewayAPI(in)
-	pubErr := r.publish(ctx, out.table)
+	// The certificates first: a gateway that loads the table finds them.
+	pubErr := r.publishTLS(ctx, out, in)
+	if pubErr == nil {
+		pubErr = r.publish(ctx, out.table)
+	}
 	if pubErr != nil {
-		log.FromContext(ctx).Error(pubErr, "publishing the HTTPRoute table failed")
+		log.FromContext(ctx).Error(pubErr, "publishing the HTTPRoute table or its certificates failed")
 	}
 	addrs, addrErr := r.addresses(ctx)
 	var errs []error
@@ -325,7 +334,7 @@ func supportedFeatures() []gwv1.SupportedFeature {
 	for _, f := range []string{"Gateway", "HTTPRoute", "HTTPRouteMethodMatching", "HTTPRouteQueryParamMatching",
 		"HTTPRouteNamedRouteRule", "HTTPRoutePathRedirect", "HTTPRoutePathRewrite", "HTTPRouteHostRewrite",
 		"HTTPRoutePortRedirect", "HTTPRouteSchemeRedirect", "HTTPRouteRequestTimeout", "HTTPRouteBackendTimeout",
-		"HTTPRouteParentRefPort", "ReferenceGrant"} {
+		"HTTPRouteParentRefPort", "ReferenceGrant", "GatewayHTTPSListenerDetectMisdirectedRequests"} {
 		out = append(out, gwv1.SupportedFeature{Name: gwv1.FeatureName(f)})
 	}
 	return out
@@ -351,5 +360,8 @@ func (r *GatewayAPIReconciler) setupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Service{}, toKey).
 		Watches(&discoveryv1.EndpointSlice{}, toKey).
 		WatchesMetadata(&corev1.Namespace{}, toKey).
+		// Secrets' metadata only, and only referenced ones start a pass;
+		// their content is read from the API server (readCerts).
+		WatchesMetadata(&corev1.Secret{}, toKey, builder.WithPredicates(predicate.NewPredicateFuncs(r.secretEvent))).
 		Complete(r)
 }

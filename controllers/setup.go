@@ -56,6 +56,10 @@ type Options struct {
 	// GatewayPort is the port on which the gateway Service serves HTTP:
 	// the only listener port Gateways may use. Default 80.
 	GatewayPort int32
+	// GatewayTLSPort is the port on which the gateway Service serves HTTPS:
+	// the only port of HTTPS listeners; 0 refuses them (the flag's
+	// default is 443).
+	GatewayTLSPort int32
 	// GatewayService names the gateway Service in SnapshotNamespace whose
 	// addresses Gateways report. Default tollgate-gateway.
 	GatewayService string
@@ -95,6 +99,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet, defaultNamespace string) {
 			", compile the HTTPRoutes attached to their Gateways into the route table ConfigMap that gateways started with --gateway-api load, "+
 			"and resolve RateLimitRules' spec.targetRef.")
 	fs.Int32Var(&o.GatewayPort, "gateway-port", 80, "With --gateway-api: the port on which the gateway Service serves HTTP, the only listener port Gateways may use.")
+	fs.Int32Var(&o.GatewayTLSPort, "gateway-tls-port", 443,
+		"With --gateway-api: the port on which the gateway Service serves HTTPS (gateways' --tls-listen), the only port of HTTPS listeners, whose certificate Secrets "+
+			"the controller copies into the Secret <route-table>-tls that gateways read. 0: HTTPS listeners are refused (UnsupportedProtocol).")
 	fs.StringVar(&o.GatewayService, "gateway-service", "tollgate-gateway", "With --gateway-api: the gateway Service (in --snapshot-namespace) whose addresses Gateways report.")
 	fs.StringVar(&o.RouteTableName, "route-table", routetable.DefaultName, "With --gateway-api: name of the route table ConfigMap written to --snapshot-namespace.")
 }
@@ -110,6 +117,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--status-workers must be at least 1")
 	case o.GatewayAPI && (o.GatewayPort < 1 || o.GatewayPort > 65535):
 		return fmt.Errorf("--gateway-port must be in [1, 65535]")
+	case o.GatewayAPI && (o.GatewayTLSPort < 0 || o.GatewayTLSPort > 65535 || o.GatewayTLSPort == o.GatewayPort):
+		return fmt.Errorf("--gateway-tls-port must be in [0, 65535] and differ from --gateway-port")
 	case o.GatewayAPI && (o.GatewayService == "" || o.RouteTableName == ""):
 		return fmt.Errorf("--gateway-service and --route-table must not be empty with --gateway-api")
 	case o.NamespacePolicy != "" && o.NamespacePolicy != PolicyLabelled && o.NamespacePolicy != PolicyOpen:

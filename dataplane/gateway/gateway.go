@@ -25,6 +25,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/rls"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
 	"github.com/tollgate-dev/tollgate/dataplane/rules"
+	"github.com/tollgate-dev/tollgate/dataplane/tlscerts"
 	"github.com/tollgate-dev/tollgate/internal/lib/ratelog"
 )
 
@@ -42,26 +43,28 @@ type Gateway struct {
 	routes *routes.Watcher
 	// httpRoutes is the Gateway API route table (--gateway-api).
 	httpRoutes *httproutes.Source
-	store      *rules.Store
-	keys       *identity.MappedWatcher
-	files      *rules.FileSource
-	cms        *rules.ConfigMapSource
-	kube       kubernetes.Interface
-	members    membership.Counter
-	redis      redis.UniversalClient // nil with --limiter=local
-	chain      *limiter.Chain
-	slots      *concurrency.Slots
-	engine     *decision.Engine
-	handler    *proxy.Handler // nil without --routes (rate limit service only)
+	// certs are the HTTPS port's certificates (--tls-listen).
+	certs   *tlscerts.Store
+	store   *rules.Store
+	keys    *identity.MappedWatcher
+	files   *rules.FileSource
+	cms     *rules.ConfigMapSource
+	kube    kubernetes.Interface
+	members membership.Counter
+	redis   redis.UniversalClient // nil with --limiter=local
+	chain   *limiter.Chain
+	slots   *concurrency.Slots
+	engine  *decision.Engine
+	handler *proxy.Handler // nil without --routes (rate limit service only)
 
 	rls        *rls.Server         // nil without --rls-listen
 	rlsDomains *rls.DomainsWatcher // nil without --rls-listen
 	rlsOpts    []grpc.ServerOption // TLS of the rate limit port
 	health     *health.Server
 
-	proxyLn, adminLn, rlsLn net.Listener
-	listening               atomic.Bool
-	stopping                atomic.Bool
+	proxyLn, tlsLn, adminLn, rlsLn net.Listener
+	listening                      atomic.Bool
+	stopping                       atomic.Bool
 }
 
 // New builds a gateway: it loads the route, rule and key files (failing on
@@ -201,6 +204,11 @@ func (g *Gateway) listen() error {
 			return fmt.Errorf("--listen: %w", err)
 		}
 	}
+	if g.certs != nil {
+		if g.tlsLn, err = net.Listen("tcp", g.opts.TLSListen); err != nil {
+			return fmt.Errorf("--tls-listen: %w", err)
+		}
+	}
 	if g.rls != nil {
 		if g.rlsLn, err = net.Listen("tcp", g.opts.RLSListen); err != nil {
 			return fmt.Errorf("--rls-listen: %w", err)
@@ -216,7 +224,7 @@ func (g *Gateway) listen() error {
 
 // close releases what New acquired; Run calls it when it returns.
 func (g *Gateway) close() {
-	for _, ln := range []net.Listener{g.proxyLn, g.rlsLn, g.adminLn} {
+	for _, ln := range []net.Listener{g.proxyLn, g.tlsLn, g.rlsLn, g.adminLn} {
 		if ln != nil {
 			_ = ln.Close()
 		}
@@ -245,6 +253,14 @@ func (g *Gateway) Addr() string {
 		return ""
 	}
 	return g.proxyLn.Addr().String()
+}
+
+// TLSAddr is the HTTPS port's listening address ("" without --tls-listen).
+func (g *Gateway) TLSAddr() string {
+	if g.tlsLn == nil {
+		return ""
+	}
+	return g.tlsLn.Addr().String()
 }
 
 // RLSAddr is the rate limit service's listening address ("" without

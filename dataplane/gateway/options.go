@@ -38,6 +38,7 @@ const (
 // Options configure a gateway. AddFlags documents every field's flag.
 type Options struct {
 	Listen      string
+	TLSListen   string
 	AdminListen string
 	Pprof       bool
 
@@ -110,6 +111,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // addServingFlags registers the flags of the addresses the gateway serves: the proxy, the admin server and the Envoy rate limit service.
 func (o *Options) addServingFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Listen, "listen", ":8080", "Address of the proxy (client traffic).")
+	fs.StringVar(&o.TLSListen, "tls-listen", "",
+		"With --gateway-api: address of the HTTPS port (e.g. :8443) serving the Gateways' HTTPS listeners (TLS 1.2 and later, HTTP/1.1): the certificate is chosen by the client's server name (SNI) "+
+			"from the Secret <route-table>-tls that the controller fills from the listeners' certificate Secrets, reloaded live. \"\" disables it.")
 	fs.StringVar(&o.AdminListen, "admin-listen", ":9090", "Address of /metrics, /healthz and /readyz; \"\" disables it.")
 	fs.BoolVar(&o.Pprof, "pprof", false, "Serve /debug/pprof/ on the admin address.")
 
@@ -217,6 +221,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--gateway-api and --routes exclude each other: routes come either from HTTPRoutes or from a routes file")
 	case o.GatewayAPI && o.RulesPath != "":
 		return fmt.Errorf("--gateway-api needs Kubernetes: rules then come from the controller's snapshot, not --rules")
+	case o.TLSListen != "" && !o.GatewayAPI:
+		return fmt.Errorf("--tls-listen needs --gateway-api: its certificates come from the Gateways' HTTPS listeners")
 	case o.GatewayAPI && o.RouteTable == "":
 		return fmt.Errorf("--route-table must not be empty with --gateway-api")
 	case o.RoutesFile == "" && !o.GatewayAPI && o.RLSListen == "":

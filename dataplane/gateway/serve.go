@@ -2,9 +2,12 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +17,9 @@ import (
 
 	"github.com/tollgate-dev/tollgate/dataplane/httpguard"
 	"github.com/tollgate-dev/tollgate/dataplane/rls"
+	"github.com/tollgate-dev/tollgate/dataplane/tlscerts"
+	"github.com/tollgate-dev/tollgate/internal/lib/urlpath"
+	"github.com/tollgate-dev/tollgate/pkg/routetable"
 )
 
 // loop is a background task that runs until its context ends.
@@ -51,6 +57,10 @@ func (g *Gateway) loops() []loop {
 	if g.httpRoutes != nil {
 		ls = append(ls, loop{"HTTPRoute table ConfigMap", g.httpRoutes.Run})
 	}
+	if g.certs != nil {
+		secret := routetable.TLSSecretName(g.opts.RouteTable)
+		ls = append(ls, loop{"TLS Secret", func(ctx context.Context) error { return g.certs.Watch(ctx, g.kube, g.opts.SnapshotNamespace, secret) }})
+	}
 	if g.rls != nil {
 		ls = append(ls, loop{"gRPC health", quiet(g.followHealth)})
 	}
@@ -72,21 +82,13 @@ type server struct {
 func (g *Gateway) servers() []server {
 	var ss []server
 	if g.handler != nil {
-		srv := &http.Server{
-			Handler:           g.handler,
-			ReadHeaderTimeout: g.opts.ReadHeaderTimeout,
-			IdleTimeout:       g.opts.IdleTimeout,
-			MaxHeaderBytes:    64 << 10,
-			ConnContext:       httpguard.ConnContext,
-		}
 		// Header blocks with a bare LF or CR are refused with 400.
-		ln := httpguard.Listener(g.proxyLn)
-		ss = append(ss, server{name: "proxy", serve: func() error { return srv.Serve(ln) }, shutdown: func(ctx context.Context) {
-			if err := srv.Shutdown(ctx); err != nil {
-				g.log.Error(err, "in-flight requests cut off at the end of the grace period")
-				_ = srv.Close()
-			}
-		}})
+		ss = append(ss, g.proxyServer("proxy", g.handler, httpguard.Listener(g.proxyLn)))
+	}
+	if g.handler != nil && g.tlsLn != nil {
+		// TLS below the header check: it scans the decrypted bytes.
+		ln := httpguard.Listener(tls.NewListener(g.tlsLn, g.certs.Config()))
+		ss = append(ss, g.proxyServer("HTTPS proxy", withTLSState(g.handler, g.certs), ln))
 	}
 	if g.rls != nil {
 		// Health reports NOT_SERVING until Ready, like /readyz.
@@ -102,6 +104,48 @@ func (g *Gateway) servers() []server {
 		ss = append(ss, server{name: "admin", serve: func() error { return admin.Serve(g.adminLn) }, shutdown: func(context.Context) { _ = admin.Close() }, last: true})
 	}
 	return ss
+}
+
+// proxyServer serves handler on ln, an httpguard listener.
+func (g *Gateway) proxyServer(name string, handler http.Handler, ln net.Listener) server {
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: g.opts.ReadHeaderTimeout,
+		IdleTimeout:       g.opts.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ConnContext:       httpguard.ConnContext,
+	}
+	return server{name: name, serve: func() error { return srv.Serve(ln) }, shutdown: func(ctx context.Context) {
+		if err := srv.Shutdown(ctx); err != nil {
+			g.log.Error(err, "in-flight requests cut off at the end of the grace period", "server", name)
+			_ = srv.Close()
+		}
+	}}
+}
+
+// withTLSState sets r.TLS, which net/http leaves nil when the TLS
+// connection is wrapped (by httpguard), so that routing sees the request
+// came over TLS (the HTTPS listeners' rules, "https" redirects). A request
+// whose Host would get another certificate than the connection's server
+// name (SNI) got is answered 421 Misdirected Request (RFC 9110): a
+// connection made for one HTTPS listener does not serve another's hosts.
+func withTLSState(next http.Handler, certs *tlscerts.Store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c := httpguard.FromContext(r.Context()); c != nil && r.TLS == nil {
+			if tc, ok := c.Conn.(*tls.Conn); ok {
+				st := tc.ConnectionState()
+				r.TLS = &st
+			}
+		}
+		if r.TLS != nil && r.TLS.ServerName != "" {
+			host, set := urlpath.Host(r.Host), certs.Current()
+			if !strings.EqualFold(host, r.TLS.ServerName) && set.Lookup(host) != set.Lookup(r.TLS.ServerName) {
+				http.Error(w, "misdirected request: the Host is served with another certificate than this connection's server name", http.StatusMisdirectedRequest)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Run serves until ctx ends, then drains in-flight requests for up to
@@ -133,7 +177,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if g.health != nil {
 		g.setHealth()
 	}
-	g.log.Info("gateway serving", "listen", g.Addr(), "rls", g.RLSAddr(), "admin", g.AdminAddr(), "limiter", g.opts.Limiter,
+	g.log.Info("gateway serving", "listen", g.Addr(), "tls", g.TLSAddr(), "rls", g.RLSAddr(), "admin", g.AdminAddr(), "limiter", g.opts.Limiter,
 		"redis", g.opts.Redis.String(), "replicas", g.members.Replicas())
 
 	var err error

@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/rls"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
 	"github.com/tollgate-dev/tollgate/dataplane/rules"
+	"github.com/tollgate-dev/tollgate/dataplane/tlscerts"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -102,10 +103,22 @@ func (g *Gateway) connectKubernetes() error {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	g.cms = newConfigMapSource(g)
+	if g.opts.GatewayAPI && g.opts.TLSListen != "" {
+		tlsErrors := g.metrics.ReloadErrors.WithLabelValues("tls") // at 0 from the start
+		g.certs = tlscerts.NewStore(func(err error) {
+			tlsErrors.Inc()
+			g.log.Error(err, "HTTPS certificate problem")
+		})
+	}
 	if g.opts.GatewayAPI {
 		g.httpRoutes = httproutes.NewSource(g.kube, httproutes.SourceOptions{
 			Namespace: g.opts.SnapshotNamespace, Name: g.opts.RouteTable,
-			OnReload: func(t *httproutes.Table) { g.log.Info("HTTPRoute table loaded", "rules", t.Len()) },
+			OnReload: func(t *httproutes.Table) {
+				if g.certs != nil {
+					g.certs.SetListeners(t.TLSListeners())
+				}
+				g.log.Info("HTTPRoute table loaded", "rules", t.Len(), "httpsListeners", len(t.TLSListeners()))
+			},
 			OnError: func(err error) {
 				g.metrics.ReloadErrors.WithLabelValues("httproutes").Inc()
 				g.log.Error(err, "HTTPRoute table problem; the last good table stays in use")

@@ -25,8 +25,17 @@ import (
 // matches, then the oldest HTTPRoute, then the HTTPRoute first by
 // "namespace/name", then rule and match order. A request that matches no
 // entry of a hostname tier is tried against the next, less specific, tier.
+//
+// Requests that arrived over TLS (r.TLS set) match only the rules attached
+// to HTTPS listeners, plain ones only those attached to HTTP listeners.
 type Table struct {
-	rules    []*Rule
+	rules      []*Rule
+	plain, tls index
+	listeners  []routetable.TLSListener
+}
+
+// index is the hostname tiers of one kind of listener.
+type index struct {
 	exact    map[string][]*entry // host -> entries
 	wildcard map[string][]*entry // ".suffix" -> entries
 	any      []*entry
@@ -66,10 +75,12 @@ type entry struct {
 
 // New indexes t for matching.
 func New(t *routetable.Table) *Table {
-	out := &Table{exact: map[string][]*entry{}, wildcard: map[string][]*entry{}}
+	out := &Table{plain: index{exact: map[string][]*entry{}, wildcard: map[string][]*entry{}},
+		tls: index{exact: map[string][]*entry{}, wildcard: map[string][]*entry{}}}
 	if t == nil {
 		return out
 	}
+	out.listeners = t.TLS
 	for i := range t.Rules {
 		r := &Rule{Rule: t.Rules[i]}
 		for j := range r.Filters {
@@ -82,6 +93,10 @@ func New(t *routetable.Table) *Table {
 			r.total += int64(b.Weight)
 		}
 		out.rules = append(out.rules, r)
+		idx := &out.plain
+		if r.TLS {
+			idx = &out.tls
+		}
 		for j := range r.Matches {
 			m := &r.Matches[j]
 			e := &entry{
@@ -90,25 +105,36 @@ func New(t *routetable.Table) *Table {
 				created: r.Created, route: r.Route, index: r.Index, matchIdx: j,
 			}
 			if len(r.Hostnames) == 0 {
-				out.any = append(out.any, e)
+				idx.any = append(idx.any, e)
 			}
 			for _, h := range r.Hostnames {
 				if strings.HasPrefix(h, "*.") {
-					out.wildcard[h[1:]] = append(out.wildcard[h[1:]], e)
+					idx.wildcard[h[1:]] = append(idx.wildcard[h[1:]], e)
 				} else {
-					out.exact[h] = append(out.exact[h], e)
+					idx.exact[h] = append(idx.exact[h], e)
 				}
 			}
 		}
 	}
-	for _, es := range out.exact {
-		sortEntries(es)
+	for _, idx := range []*index{&out.plain, &out.tls} {
+		for _, es := range idx.exact {
+			sortEntries(es)
+		}
+		for _, es := range idx.wildcard {
+			sortEntries(es)
+		}
+		sortEntries(idx.any)
 	}
-	for _, es := range out.wildcard {
-		sortEntries(es)
-	}
-	sortEntries(out.any)
 	return out
+}
+
+// TLSListeners are the HTTPS listeners of the table, with the Secrets of
+// their certificates.
+func (t *Table) TLSListeners() []routetable.TLSListener {
+	if t == nil {
+		return nil
+	}
+	return t.listeners
 }
 
 func sortEntries(es []*entry) {
@@ -165,13 +191,17 @@ func (t *Table) Match(r *http.Request) (Result, bool) {
 		return Result{}, false
 	}
 	host := strings.ToLower(urlpath.Host(r.Host))
-	if e := first(t.exact[host], r, path); e != nil {
+	idx := &t.plain
+	if r.TLS != nil {
+		idx = &t.tls
+	}
+	if e := first(idx.exact[host], r, path); e != nil {
 		return Result{e.rule, e.match}, true
 	}
-	if len(t.wildcard) > 0 {
+	if len(idx.wildcard) > 0 {
 		// Longest suffix first: ".b.example.com" before ".example.com".
 		for i := strings.IndexByte(host, '.'); i >= 0; {
-			if e := first(t.wildcard[host[i:]], r, path); e != nil {
+			if e := first(idx.wildcard[host[i:]], r, path); e != nil {
 				return Result{e.rule, e.match}, true
 			}
 			j := strings.IndexByte(host[i+1:], '.')
@@ -181,7 +211,7 @@ func (t *Table) Match(r *http.Request) (Result, bool) {
 			i += 1 + j
 		}
 	}
-	if e := first(t.any, r, path); e != nil {
+	if e := first(idx.any, r, path); e != nil {
 		return Result{e.rule, e.match}, true
 	}
 	return Result{}, false

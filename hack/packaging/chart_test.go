@@ -388,7 +388,7 @@ func rbacRules(o object) []string {
 // gatewayAPIRule reports whether a rule of rbacRules serves only Gateway API
 // mode (controllers/gatewayapi_controller.go's markers).
 func gatewayAPIRule(r string) bool {
-	for _, p := range []string{"gateway.networking.k8s.io/", "discovery.k8s.io/", "apiextensions.k8s.io/", "/services:"} {
+	for _, p := range []string{"gateway.networking.k8s.io/", "discovery.k8s.io/", "apiextensions.k8s.io/", "/services:", "/secrets:"} {
 		if strings.HasPrefix(r, p) { // core group rules read "/services:get"
 			return true
 		}

@@ -52,6 +52,37 @@ var ErrTooLarge = errors.New("route table too large for one ConfigMap")
 type Table struct {
 	Format int    `json:"format"`
 	Rules  []Rule `json:"rules"`
+	// TLS lists the HTTPS listeners the gateways terminate TLS for, with
+	// references to their certificates; the key material itself is in the
+	// Secret TLSSecretName(table name), never in this ConfigMap.
+	TLS []TLSListener `json:"tls,omitempty"`
+}
+
+// TLSListener is one accepted HTTPS listener of one of tollgate's Gateways.
+type TLSListener struct {
+	// Listener is "namespace/gateway/listener", for logs.
+	Listener string `json:"listener"`
+	// Hostname is the listener's hostname: exact, "*.suffix", or "" for
+	// every server name. Lower case.
+	Hostname string `json:"hostname,omitempty"`
+	// Certificates are the Secrets ("namespace/name") whose certificates
+	// the listener serves, in the listener's order; each has its entries in
+	// the TLS Secret (CertKeys).
+	Certificates []string `json:"certificates"`
+}
+
+// TLSSecretName is the name of the Secret holding the certificates and keys
+// of the route table ConfigMap table: the controller copies the certificate
+// Secrets of accepted HTTPS listeners into it, and the gateways read only
+// that Secret.
+func TLSSecretName(table string) string { return table + "-tls" }
+
+// CertKeys are the data keys of the certificate chain and the private key
+// (PEM) of the Secret ref ("namespace/name") in the TLS Secret:
+// "<namespace>.<name>.crt" and ".key" (a namespace has no dot).
+func CertKeys(ref string) (crt, key string) {
+	k := strings.Replace(ref, "/", ".", 1)
+	return k + ".crt", k + ".key"
 }
 
 // Rule is one HTTPRoute rule as attached to tollgate's listeners.
@@ -81,6 +112,10 @@ type Rule struct {
 	// BackendTimeoutMs bounds the wait for the backend's response headers
 	// (timeouts.backendRequest); 0: the gateway's default.
 	BackendTimeoutMs int64 `json:"backendTimeoutMs,omitempty"`
+	// TLS: the rule is attached to HTTPS listeners and serves requests
+	// that arrived over TLS only; otherwise it serves plain HTTP requests
+	// only. A route attached to both kinds of listener has one rule of each.
+	TLS bool `json:"tls,omitempty"`
 }
 
 // Path match types.
@@ -252,6 +287,13 @@ func FromConfigMap(cm *corev1.ConfigMap) (*Table, error) {
 
 // Validate checks what the data plane relies on.
 func (t *Table) Validate() error {
+	for i, l := range t.TLS {
+		for j, ref := range l.Certificates {
+			if ns, name, ok := strings.Cut(ref, "/"); !ok || ns == "" || name == "" || strings.Contains(ns, ".") {
+				return fmt.Errorf("tls[%d].certificates[%d]: %q is not namespace/name", i, j, ref)
+			}
+		}
+	}
 	for i := range t.Rules {
 		r := &t.Rules[i]
 		if !v1alpha1.ValidIdentifier(r.ID) {

@@ -289,8 +289,7 @@ var _ = Describe("Gateway API", Ordered, Label("e2e"), func() {
 			Expect(k8s.Create(ctx, serviceSlice(b[0], b[1], b[1]+"-1", ip, echoServer(ip, b[1]), true))).To(Succeed())
 		}
 		// The chart's gateway Service; the controller reports its address.
-		Expect(k8s.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "tollgate-gateway"},
-			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}})).To(Succeed())
+		ensureGatewayService(ctx)
 		Expect(k8s.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: gwNS, Name: "echo"},
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 8080}}}})).To(Succeed())
 		// A gateway in Gateway API mode (its own membership group: the

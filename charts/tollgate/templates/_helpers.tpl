@@ -34,6 +34,10 @@ Fullname: the release name when it already contains the chart name, else
 {{- define "tollgate.gateway.name" -}}
 {{- printf "%s-gateway" (include "tollgate.fullname" .) }}
 {{- end }}
+{{- /* HTTPS listeners are served: Gateway API mode with an HTTPS port. */}}
+{{- define "tollgate.gatewayHTTPS" -}}
+{{- if and .Values.gatewayAPI.enabled (gt (int .Values.gateway.service.httpsPort) 0) }}true{{- end }}
+{{- end }}
 {{- define "tollgate.controller.name" -}}
 {{- printf "%s-controller" (include "tollgate.fullname" .) }}
 {{- end }}
