@@ -107,6 +107,7 @@ func compileGatewayAPI(in *gwInput) *gwOutput {
 	}
 	idx := newBackendIndex(in)
 	gateways := out.compileGateways(in, idx)
+	out.tlsConflicts(gateways)
 	table := &routetable.Table{Format: routetable.Format, TLS: out.tlsListeners(in)}
 	routes := append([]gwv1.HTTPRoute(nil), in.routes...)
 	sort.Slice(routes, func(i, j int) bool { return nn(&routes[i]).String() < nn(&routes[j]).String() })

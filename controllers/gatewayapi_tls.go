@@ -196,8 +196,61 @@ func tlsRefs(l *gwv1.Listener) []gwv1.SecretObjectReference {
 	return l.TLS.CertificateRefs
 }
 
+// tlsConflicts refuses the HTTPS listeners whose hostname an older
+// Gateway's HTTPS listener serves with other certificates (the oldest
+// Gateway, then the first by namespace/name, keeps it): all Gateways share
+// one HTTPS port, which has one certificate per server name.
+func (out *gwOutput) tlsConflicts(gateways map[types.NamespacedName]*gwv1.Gateway) {
+	gws := make([]*gwv1.Gateway, 0, len(gateways))
+	for _, gw := range gateways {
+		gws = append(gws, gw)
+	}
+	sort.Slice(gws, func(i, j int) bool {
+		a, b := gws[i], gws[j]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return nn(a).String() < nn(b).String()
+	})
+	type owner struct {
+		gw    types.NamespacedName
+		certs string
+	}
+	first := map[string]owner{} // hostname -> the listener serving it
+	for _, gw := range gws {
+		for _, ls := range out.listeners[nn(gw)] {
+			if !ls.tls || !ls.valid || len(ls.certs) == 0 {
+				continue
+			}
+			host, certs := listenerHost(ls.l), strings.Join(ls.certs, ",")
+			o, seen := first[host]
+			if !seen {
+				first[host] = owner{nn(gw), certs}
+				continue
+			}
+			if o.certs == certs {
+				continue
+			}
+			msg := fmt.Sprintf("the HTTPS listener of the older Gateway %s serves hostname %q with other certificates: the Gateways share one HTTPS port", o.gw, host)
+			g := gw.Generation
+			ls.valid = false
+			ls.conds[0] = cond(string(gwv1.ListenerConditionAccepted), false, string(gwv1.ListenerReasonHostnameConflict), msg, g)
+			ls.conds[1] = cond(string(gwv1.ListenerConditionConflicted), true, string(gwv1.ListenerReasonHostnameConflict), msg, g)
+			ls.conds[3] = cond(string(gwv1.ListenerConditionProgrammed), false, string(gwv1.ListenerReasonInvalid), msg, g)
+		}
+	}
+}
+
+func listenerHost(l *gwv1.Listener) string {
+	if l.Hostname == nil {
+		return ""
+	}
+	return strings.ToLower(string(*l.Hostname))
+}
+
 // tlsListeners are the route table's HTTPS listeners: the accepted ones with
 // at least one usable certificate, ordered by Gateway and listener order.
+// Certificates of no such listener are dropped from out.certs.
 func (out *gwOutput) tlsListeners(_ *gwInput) []routetable.TLSListener {
 	keys := make([]types.NamespacedName, 0, len(out.listeners))
 	for k := range out.listeners {
@@ -205,16 +258,21 @@ func (out *gwOutput) tlsListeners(_ *gwInput) []routetable.TLSListener {
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
 	var tl []routetable.TLSListener
+	used := map[string]bool{}
 	for _, k := range keys {
 		for _, ls := range out.listeners[k] {
 			if !ls.tls || !ls.valid || len(ls.certs) == 0 {
 				continue
 			}
-			host := ""
-			if ls.l.Hostname != nil {
-				host = strings.ToLower(string(*ls.l.Hostname))
+			tl = append(tl, routetable.TLSListener{Listener: k.String() + "/" + string(ls.l.Name), Hostname: listenerHost(ls.l), Certificates: ls.certs})
+			for _, c := range ls.certs {
+				used[c] = true
 			}
-			tl = append(tl, routetable.TLSListener{Listener: k.String() + "/" + string(ls.l.Name), Hostname: host, Certificates: ls.certs})
+		}
+	}
+	for ref := range out.certs {
+		if !used[ref] {
+			delete(out.certs, ref)
 		}
 	}
 	return tl

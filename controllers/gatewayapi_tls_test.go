@@ -225,3 +225,40 @@ func TestUnacceptedGatewayServesNothing(t *testing.T) {
 		t.Errorf("listener %s = %s, want Programmed False", c.Type, c.Status)
 	}
 }
+
+// TestHTTPSHostnameAcrossGateways: all Gateways share one HTTPS port, so a
+// hostname served by an older Gateway's HTTPS listener with other
+// certificates makes a newer Gateway's listener Conflicted; the same
+// certificate on both is no conflict.
+func TestHTTPSHostnameAcrossGateways(t *testing.T) {
+	crt, key := certtest.New("shop", "shop.example.com")
+	in := &gwInput{port: 80, tlsPort: 443, namespaces: map[string]labels.Set{"a": {}, "b": {}, "c": {}}}
+	in.classes = []gwv1.GatewayClass{{ObjectMeta: metav1.ObjectMeta{Name: "tollgate"}, Spec: gwv1.GatewayClassSpec{ControllerName: ControllerName}}}
+	gw := func(ns string, created int64, secret string) gwv1.Gateway {
+		return gwv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw", CreationTimestamp: metav1.Unix(created, 0)},
+			Spec: gwv1.GatewaySpec{GatewayClassName: "tollgate", Listeners: []gwv1.Listener{
+				httpsListener("https", "shop.example.com", 443, secretRef("certs", secret))}}}
+	}
+	// b is the oldest; c shares its certificate; a has another one.
+	in.gateways = []gwv1.Gateway{gw("a", 200, "other"), gw("b", 100, "shop"), gw("c", 300, "shop")}
+	for _, ns := range []string{"a", "b", "c"} {
+		in.grants = append(in.grants, gwv1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: "certs", Name: ns}, Spec: gwv1.ReferenceGrantSpec{
+			From: []gwv1.ReferenceGrantFrom{{Group: gwGroup, Kind: "Gateway", Namespace: gwv1.Namespace(ns)}},
+			To:   []gwv1.ReferenceGrantTo{{Kind: "Secret"}}}})
+	}
+	in.certs = map[types.NamespacedName]*certInfo{}
+	for _, name := range []string{"shop", "other"} {
+		s := tlsSecret("certs", name, corev1.SecretTypeTLS, crt, key)
+		in.certs[nn(s)] = checkCertSecret(s)
+	}
+	out := compileGatewayAPI(in)
+	for ns, want := range map[string]string{"a": "True/HostnameConflict", "b": "False/NoConflicts", "c": "False/NoConflicts"} {
+		ls := out.listeners[types.NamespacedName{Namespace: ns, Name: "gw"}][0]
+		if got := string(ls.conds[1].Status) + "/" + ls.conds[1].Reason; got != want {
+			t.Errorf("Gateway %s/gw listener Conflicted = %s (%s), want %s", ns, got, ls.conds[1].Message, want)
+		}
+	}
+	if len(out.table.TLS) != 2 || len(out.certs) != 1 || out.certs["certs/shop"] == nil {
+		t.Errorf("table TLS listeners %+v, certificates %v: want b's and c's, with certs/shop only", out.table.TLS, out.certs)
+	}
+}

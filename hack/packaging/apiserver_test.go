@@ -243,6 +243,10 @@ func checkRBAC(t *testing.T, kc func(string, ...string) (string, string, error),
 	if v.name == "full" {
 		rulesNS = "team-a"
 	}
+	// Gateway API mode with HTTPS: the controller reads certificate Secrets
+	// anywhere and writes the TLS Secret; gateways read that Secret only.
+	gwAPI := v.name == "gatewayapi"
+	tlsSecret := "secrets/" + fullname + "-httproutes-tls"
 	for _, c := range []struct {
 		as, verb, resource, ns, sub string
 		want                        bool
@@ -265,7 +269,15 @@ func checkRBAC(t *testing.T, kc func(string, ...string) (string, string, error),
 		{controller, "update", "leases.coordination.k8s.io", ns, "", true},
 		{controller, "create", "events", ns, "", true},
 		{controller, "create", "configmaps", "team-b", "", false},
-		{controller, "list", "secrets", ns, "", false},
+		{controller, "list", "secrets", ns, "", gwAPI},
+		{controller, "get", "secrets", "team-b", "", gwAPI},
+		{controller, "create", "secrets", ns, "", gwAPI},
+		{controller, "create", "secrets", "team-b", "", false},
+		{controller, "update", "secrets", "team-b", "", false},
+		{gateway, "get", tlsSecret, ns, "", gwAPI},
+		{gateway, "watch", tlsSecret, ns, "", gwAPI},
+		{gateway, "get", "secrets/other", ns, "", false},
+		{gateway, "get", tlsSecret, "team-b", "", false},
 	} {
 		args := []string{"auth", "can-i", c.verb, c.resource, "-n", c.ns, "--as", c.as}
 		if c.sub != "" {
