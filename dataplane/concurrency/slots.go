@@ -189,9 +189,13 @@ func (s *Slots) Acquire(ctx context.Context, l Limit) (*Slot, Outcome) {
 	}
 	if err != nil {
 		s.untrack(l.Key, member)
-		// The call may have taken the slot before failing: give it back,
-		// else it stays taken until its lease ends.
-		go s.releaseRedis(l.Key, member)
+		if !limiter.RedisGone(err) {
+			// The call may have taken the slot before failing: give it
+			// back, else it stays taken until its lease ends. (A refused
+			// or closed connection ran nothing, barring a crash in that
+			// instant, which the lease covers.)
+			go s.releaseRedis(l.Key, member)
+		}
 		return s.failed(l, err)
 	}
 	out := Outcome{Allowed: vals[0] == 1, Held: vals[1], Limit: l.Max, Source: limiter.SourceRedis}
