@@ -8,12 +8,17 @@
 --          expiry in Redis time (ms).
 -- ARGV[1]  op: "acquire", "renew" or "release"
 --
--- acquire  ARGV[2] member, ARGV[3] limit (slots, >= 1), ARGV[4] lease (ms)
+-- acquire  ARGV[2] member, ARGV[3] limit (slots, >= 1), ARGV[4] lease (ms),
+--          ARGV[5] deadline: Redis time (ms) after which the caller has
+--          given up (0 or absent: none)
 --          Removes expired slots, counts the others and adds the member
 --          with expiry now + lease if fewer than limit are held. A member
 --          already held (a retried call) keeps its slot and gets a fresh
---          lease.
---          Returns {acquired (1 or 0), held (after the call), now_ms}.
+--          lease. A call that runs after its deadline (queued behind a
+--          stalled server) takes nothing: the caller has answered without
+--          it, and its release may already have run.
+--          Returns {acquired (1, 0, or -1 past the deadline), held (after
+--          the call), now_ms}.
 -- renew    ARGV[2] lease (ms), ARGV[3..] members
 --          Moves the expiry of each member that still holds a slot to
 --          now + lease. A member whose slot expired (and was removed) is
@@ -37,6 +42,10 @@ if op == 'acquire' then
   local member = ARGV[2]
   local limit = tonumber(ARGV[3])
   local lease = tonumber(ARGV[4])
+  local deadline = tonumber(ARGV[5]) or 0
+  if deadline > 0 and now > deadline then
+    return {-1, 0, now}
+  end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
   local held = redis.call('ZCARD', key)
   if redis.call('ZSCORE', key, member) == false then

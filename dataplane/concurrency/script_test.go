@@ -118,3 +118,20 @@ func TestScriptUnknownOp(t *testing.T) {
 		t.Fatal("an unknown op succeeded")
 	}
 }
+
+// TestScriptDeadline: an acquire that runs after its caller's deadline
+// (Redis time) takes nothing.
+func TestScriptDeadline(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	const key = "mi:{shop}:orders"
+	now := call(t, c, key, "acquire", "gw1:a", 5, 10_000, 0)[2]
+	if got := call(t, c, key, "acquire", "gw1:late", 5, 10_000, now-1); got[0] != -1 {
+		t.Fatalf("acquire past its deadline: %v, want -1", got)
+	}
+	if _, ok := score(t, c, key, "gw1:late"); ok {
+		t.Fatal("a late acquire took a slot")
+	}
+	if got := call(t, c, key, "acquire", "gw1:b", 5, 10_000, now+60_000); got[0] != 1 || got[1] != 2 {
+		t.Fatalf("acquire within its deadline: %v, want granted with 2 held", got)
+	}
+}

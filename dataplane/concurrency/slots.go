@@ -105,6 +105,8 @@ type Slots struct {
 	id   string
 	seq  atomic.Uint64
 
+	clock redisClock
+
 	mu    sync.Mutex
 	held  map[string]*heldKey // Redis slots of this gateway, by key
 	local map[string]int64    // local fallback slots in use, by key
@@ -175,15 +177,25 @@ func (s *Slots) Acquire(ctx context.Context, l Limit) (*Slot, Outcome) {
 	defer cancel()
 	// Held before the call, so a renewal due meanwhile covers it.
 	s.track(l, member)
-	vals, err := script.Run(ctx, s.opts.Client, []string{l.Key}, "acquire", member, l.Max, l.Lease.Milliseconds()).Int64Slice()
-	if err == nil && len(vals) < 2 {
+	vals, err := script.Run(ctx, s.opts.Client, []string{l.Key}, "acquire", member, l.Max, l.Lease.Milliseconds(), s.clock.deadline(ctx)).Int64Slice()
+	if err == nil && len(vals) < 3 {
 		err = errors.New("concurrency.lua: short reply")
+	}
+	if err == nil {
+		s.clock.observe(vals[2], time.Now())
+		if vals[0] < 0 {
+			err = context.DeadlineExceeded // ran too late: took nothing
+		}
 	}
 	if err != nil {
 		s.untrack(l.Key, member)
-		// The call may have taken the slot before failing: give it back,
-		// else it stays taken until its lease ends.
-		go s.releaseRedis(l.Key, member)
+		if !limiter.RedisGone(err) {
+			// The call may have taken the slot before failing: give it
+			// back, else it stays taken until its lease ends. (A refused
+			// or closed connection ran nothing, barring a crash in that
+			// instant, which the lease covers.)
+			go s.releaseRedis(l.Key, member)
+		}
 		return s.failed(l, err)
 	}
 	out := Outcome{Allowed: vals[0] == 1, Held: vals[1], Limit: l.Max, Source: limiter.SourceRedis}
@@ -294,4 +306,31 @@ func (s *Slots) releaseRedis(key, member string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
 	defer cancel()
 	_ = script.Run(ctx, s.opts.Client, []string{key}, "release", member).Err()
+}
+
+// redisClock estimates Redis's clock from the "now" of script replies, so a
+// call can carry its caller's deadline in Redis time. The estimate is
+// Redis's now minus the local time the reply arrived: never later than
+// Redis's real clock. Unlike the token bucket's (package limiter) it adds
+// no slack, so a deadline it computes is never later than the caller's: a
+// call that ran within it ran before the caller gave up, and so before the
+// release the caller sends then.
+type redisClock struct {
+	offsetMs atomic.Int64
+	known    atomic.Bool
+}
+
+func (c *redisClock) observe(redisMs int64, local time.Time) {
+	c.offsetMs.Store(redisMs - local.UnixMilli())
+	c.known.Store(true)
+}
+
+// deadline is ctx's deadline in Redis time (ms); 0 when there is none or
+// Redis's clock is not known yet.
+func (c *redisClock) deadline(ctx context.Context) int64 {
+	d, ok := ctx.Deadline()
+	if !ok || !c.known.Load() {
+		return 0
+	}
+	return d.UnixMilli() + c.offsetMs.Load()
 }

@@ -267,3 +267,28 @@ func TestRedisCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowRedisRefuses: a call that gets no answer in time, while Redis is
+// not known to be down, refuses the request (it may have taken a slot, so
+// admitting locally could exceed the limit); the call, run late when Redis
+// wakes up, is past its deadline and takes nothing.
+func TestSlowRedisRefuses(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	s := New(Options{Client: c, GatewayID: "gw", Timeout: 2 * time.Second})
+	l := limit(Key("shop", "orders"), 5, 10*time.Second)
+	first, out := s.Acquire(context.Background(), l) // learns Redis's clock
+	if !out.Allowed {
+		t.Fatalf("first acquire: %+v", out)
+	}
+	first.Release()
+	srv.Pause()
+	_, out = s.Acquire(context.Background(), l)
+	srv.Resume()
+	if out.Allowed || out.Source != limiter.SourceLocal || out.Limit != 5 {
+		t.Fatalf("acquire with Redis silent: %+v, want refused", out)
+	}
+	if s.InFlight() != 0 {
+		t.Fatalf("%d counted in flight after a refused acquire", s.InFlight())
+	}
+}
