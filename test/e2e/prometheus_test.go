@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/url"
@@ -17,6 +18,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kptr "k8s.io/utils/ptr"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
@@ -296,6 +298,7 @@ func dashboardAndAlerts() {
 			Expect(send(g, "GET", "/orders", "").status).To(Equal(401))
 			Expect(send(g, "GET", "/orders", "dashboard-ok").status).To(Equal(200))
 		}
+		concurrencyTraffic(ctx)
 		routes := filepath.Join(workDir, "routes.yaml")
 		good, err := os.ReadFile(routes)
 		Expect(err).NotTo(HaveOccurred())
@@ -433,5 +436,42 @@ func dashboardAndAlerts() {
 			Expect(err).NotTo(HaveOccurred(), name)
 			Expect(r.Result).To(BeEmpty(), "%s: %s", name, exprs[name])
 		}
+	}
+}
+
+// concurrencyTraffic drives the dashboard's concurrency panels: a rule with
+// spec.concurrency {maxInFlight: 1} for tenant dash-conc; on every gateway a
+// request whose body is still being sent holds the slot (the upstream reads
+// the whole body before it answers), so a second request gets 429 with
+// Retry-After: 1; the first then ends with 200 and frees the slot.
+func concurrencyTraffic(ctx context.Context) {
+	By("holding a concurrency slot on every gateway: the next request gets 429")
+	rule := &v1alpha1.RateLimitRule{}
+	rule.Name, rule.Namespace = "dashboard-concurrency", "default"
+	rule.Spec = v1alpha1.RateLimitRuleSpec{Tenant: "dash-conc", Route: "create-order", Capacity: 1000,
+		RefillPerSecond: kptr.To[int64](1000), Concurrency: &v1alpha1.Concurrency{MaxInFlight: 1, LeaseSeconds: 10}}
+	Expect(k8s.Create(ctx, rule)).To(Succeed())
+	DeferCleanup(func() { _ = k8s.Delete(context.Background(), rule) })
+	waitRule("dash-conc", "create-order", 1000)
+	for _, g := range gateways {
+		body, finish := io.Pipe()
+		req, err := http.NewRequest("POST", g.url+"/orders", body)
+		Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("X-Api-Key", "dash-conc")
+		first := make(chan int, 1)
+		go func() {
+			defer GinkgoRecover()
+			res, err := http.DefaultClient.Do(req)
+			Expect(err).NotTo(HaveOccurred())
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			first <- res.StatusCode
+		}()
+		_, err = finish.Write([]byte("part of the body"))
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() int { return send(g, "POST", "/orders", "dash-conc").status }, 10*time.Second, 20*time.Millisecond).
+			Should(Equal(http.StatusTooManyRequests), "%s: a second request while one holds the slot", g.name)
+		Expect(finish.Close()).To(Succeed())
+		Eventually(first, 10*time.Second).Should(Receive(Equal(http.StatusOK)), g.name)
 	}
 }
