@@ -326,3 +326,37 @@ func TestResponseCostConcurrentStreamsStayWithinDebt(t *testing.T) {
 		t.Fatalf("after the burst the bucket is in debt: %d, want 429", res.StatusCode)
 	}
 }
+
+// TestRLSChargeAfterStream: Envoy's rate limit sent when a stream is done
+// (apply_on_stream_done) with the response's cost as hits_addend and the
+// entry tollgate.dev/charge: the cost is charged into debt, cut at
+// maxDebt, and answered OK; the next ordinary call is over the limit. The
+// proxy and the rate limit service share the bucket.
+func TestRLSChargeAfterStream(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEnv(t, "http://127.0.0.1:1", rule("llm", "*", "chat", 100, slow, "cost: {response: {header: X-Usage-Tokens, maxDebt: 50}}")+
+		rule("plain", "plain", "chat", 100, slow))
+	gw := start(t, e.rlsOptions(srv.Addr()), testLogger(t))
+	c := rlsClient(t, gw)
+	if res := call(t, c, "envoy", 1, tr("t", "chat")); res.OverallCode != ok {
+		t.Fatalf("admission: %v", res.OverallCode)
+	}
+	charge := hits(entries("tenant", "t", "route", "chat", "tollgate.dev/charge", "response"), 120)
+	if res := call(t, c, "envoy", 0, charge); res.OverallCode != ok {
+		t.Fatalf("charge: %v", res.OverallCode)
+	}
+	wantTokens(t, srv, "t", "chat", -21) // 99 - 120
+	if res := call(t, c, "envoy", 0, charge); res.OverallCode != ok {
+		t.Fatalf("charge at the floor: %v", res.OverallCode)
+	}
+	wantTokens(t, srv, "t", "chat", -50) // cut at maxDebt
+	if res := call(t, c, "envoy", 1, tr("t", "chat")); res.OverallCode != over {
+		t.Fatalf("admission in debt: %v, want OVER_LIMIT", res.OverallCode)
+	}
+	// Without a response cost the charge takes what the bucket holds, no
+	// more (maxDebt 0).
+	if res := call(t, c, "envoy", 0, hits(entries("tenant", "plain", "route", "chat", "tollgate.dev/charge", "x"), 150)); res.OverallCode != ok {
+		t.Fatalf("charge on a plain rule: %v", res.OverallCode)
+	}
+	wantTokens(t, srv, "plain", "chat", 0)
+}
