@@ -360,3 +360,45 @@ func TestRLSChargeAfterStream(t *testing.T) {
 	}
 	wantTokens(t, srv, "plain", "chat", 0)
 }
+
+// TestResponseCostLocalDebt: with Redis down, a response's cost is charged
+// to the gateway's local bucket, which goes into debt (down to maxDebt/N)
+// and rejects the next request with a Retry-After that counts the debt.
+func TestResponseCostLocalDebt(t *testing.T) {
+	srv := redistest.Start(t)
+	up := newUsageUpstream(t)
+	e := newEnv(t, up.URL, rule("debtor", "debtor", "api", 10, "refillPerSecond: 1", "cost: {response: {header: X-Usage-Tokens}}")+
+		rule("trip", "trip", "create-order", 1000, "refillPerSecond: 1000"))
+	o := e.options(srv.Addr())
+	o.Replicas = 1
+	o.RedisTimeout = 50 * time.Millisecond
+	o.BreakerOpenFor = time.Hour // no probe closes it during the test
+	gw := start(t, o, testLogger(t))
+	if res, _ := get(t, gw, "debtor", "header?u=3"); res.StatusCode != 200 {
+		t.Fatalf("with Redis: %d", res.StatusCode)
+	}
+	wantTokensNear(t, srv, "debtor", 6) // 10 - 1 - 3, mirrored locally
+	srv.Kill()
+	waitFor(t, 20*time.Second, "breaker open", func() bool {
+		send(t, "POST", gw.url+"/orders", "trip")
+		return gw.BreakerState() == "open"
+	})
+	// Locally: 6 and some refill held, 1 taken, 20 charged: cut at -10.
+	if res, _ := get(t, gw, "debtor", "header?u=20"); res.StatusCode != 200 {
+		t.Fatalf("Redis down, the local bucket holding about 6: %d", res.StatusCode)
+	}
+	res, _ := get(t, gw, "debtor", "header?u=1")
+	retry, _ := strconv.Atoi(res.Header.Get("Retry-After"))
+	if res.StatusCode != 429 || retry < 10 || retry > 11 {
+		t.Fatalf("local bucket 10 in debt: %d Retry-After %q, want 429 and 10-11 s (11 tokens at 1/s)", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+}
+
+// wantTokensNear fails the test unless tenant's bucket on "api" holds want
+// tokens, give or take a second of a 1/s refill.
+func wantTokensNear(t *testing.T, srv *redistest.Server, tenant string, want float64) {
+	t.Helper()
+	if got := tokens(t, srv, tenant, "api"); got < want || got > want+1 {
+		t.Fatalf("%s holds %v tokens, want %v", tenant, got, want)
+	}
+}
