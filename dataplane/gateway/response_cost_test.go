@@ -206,6 +206,18 @@ func TestResponseCostBadUsage(t *testing.T) {
 		}
 		wantTokens(t, srv, c.tenant, "api", before-1-c.want)
 	}
+	for _, m := range []struct {
+		basis          string
+		charges, added float64
+	}{{"reported", 5, 50 + 50 + 8 + 50 + 12}, {"default", 8, 8 * 4}, {"error", 1, 2}} {
+		labels := `{basis="` + m.basis + `",route="api"}`
+		if got := metricValue(t, gws[0], "tollgate_gateway_response_charges_total"+labels); got != m.charges {
+			t.Errorf("charges %s: %v, want %v", m.basis, got, m.charges)
+		}
+		if got := metricValue(t, gws[0], "tollgate_gateway_response_cost_tokens_total"+labels); got != m.added {
+			t.Errorf("tokens charged %s: %v, want %v", m.basis, got, m.added)
+		}
+	}
 
 	// The client goes away after the first event: onError.
 	before := tokens0(t, srv, "sse")

@@ -208,7 +208,7 @@ func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *up
 		r = m.attach(r)
 		// Deferred: the reverse proxy panics (http.ErrAbortHandler) when
 		// the copy of the body fails; the response is charged all the same.
-		defer func() { h.opts.Decider.Charge(r.Context(), tenant, up.id, rule, m.cost()) }()
+		defer func() { h.settle(r.Context(), m, tenant, up, rule) }()
 	}
 	up.proxy.ServeHTTP(w, r)
 }

@@ -6,6 +6,7 @@ import (
 	"mime"
 	"net/http"
 
+	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/usage"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
@@ -102,35 +103,44 @@ func (b *meteredBody) Read(p []byte) (int, error) {
 }
 
 // cost is what the response costs, once it is over (see
-// v1alpha1.ResponseCost): onError for a 5xx or no response, or a body
-// that broke off (its client gone, say) before the value came; the value
-// found, bounded by max; default when the response holds none (or one
-// that is not a non-negative number).
-func (m *meter) cost() int64 {
+// v1alpha1.ResponseCost), and its basis (metrics.Cost*): onError for a 5xx
+// or no response, or a body that broke off (its client gone, say) before
+// the value came; the value found, bounded by max; default when the
+// response holds none (or one that is not a non-negative number).
+func (m *meter) cost() (int64, string) {
 	rc := m.rc
 	if m.status == 0 || m.status >= 500 {
-		return rc.OnError
+		return rc.OnError, metrics.CostError
 	}
 	if rc.Header != "" {
 		return m.value(m.raw, m.found)
 	}
 	if m.scan == nil {
-		return rc.Default
+		return rc.Default, metrics.CostDefault
 	}
 	if m.ended {
 		m.scan.Finish()
 	}
 	raw, found := m.scan.Found()
 	if !found && !m.ended {
-		return rc.OnError
+		return rc.OnError, metrics.CostError
 	}
 	return m.value(raw, found)
 }
 
 // value is the cost of a reported raw value: bounded, or the default.
-func (m *meter) value(raw string, found bool) int64 {
+func (m *meter) value(raw string, found bool) (int64, string) {
 	if v, ok := usage.Parse(raw, m.rc.Bound()); found && ok {
-		return v
+		return v, metrics.CostReported
 	}
-	return m.rc.Default
+	return m.rc.Default, metrics.CostDefault
+}
+
+// settle charges the response's cost to the bucket of tenant on the
+// route, and counts it.
+func (h *Handler) settle(ctx context.Context, m *meter, tenant string, up *upstream, rule *snapshot.Rule) {
+	cost, basis := m.cost()
+	charged := h.opts.Decider.Charge(ctx, tenant, up.id, rule, cost)
+	h.opts.Metrics.ResponseCharges.WithLabelValues(up.id, basis).Inc()
+	h.opts.Metrics.ResponseCostTokens.WithLabelValues(up.id, basis).Add(float64(charged.Tokens))
 }
