@@ -147,6 +147,15 @@ func TestResponseCostDebt(t *testing.T) {
 	if res.StatusCode != 429 || retry < 10 || retry > 11 {
 		t.Fatalf("request with the bucket 10 in debt: %d Retry-After %q, want 429 and 10-11 s (11 tokens at 1/s)", res.StatusCode, res.Header.Get("Retry-After"))
 	}
+	// Why was I rate limited: the rule's cost, and the debt.
+	r := explainOf(t, gws[2], "debtor", "api")
+	if !strings.Contains(r.Rule.Cost, "header X-Usage-Tokens") || !strings.Contains(r.Rule.Cost, "down to -10 tokens") {
+		t.Errorf("explained cost %q", r.Rule.Cost)
+	}
+	var text strings.Builder
+	if err := r.WriteText(&text); err != nil || !strings.Contains(text.String(), "in debt:") || r.Buckets[0].Redis.Tokens >= 0 {
+		t.Errorf("explanation of a bucket in debt (%v):\n%s", err, text.String())
+	}
 }
 
 // TestResponseCostStreams: the first event of a streamed response reaches
