@@ -148,3 +148,46 @@ func TestJSONAgreesWithDecoding(t *testing.T) {
 		}
 	}
 }
+
+// FuzzScanners: any body, in any pieces, never panics, keeps the state
+// bounded (the containers along the path, a number of at most maxNumber
+// bytes), and finds the same value whatever the pieces.
+func FuzzScanners(f *testing.F) {
+	f.Add([]byte(`{"usage":{"total_tokens":12}}`), 3)
+	f.Add([]byte("data: {\"usage\":{\"total_tokens\":5}}\r\n\r\ndata: [DONE]\n\n"), 1)
+	f.Add([]byte(`{"usage":[[[{"a":"\\"}]]]},"usage":{"total_tokens":-1e9}}`), 7)
+	f.Fuzz(func(t *testing.T, body []byte, chunk int) {
+		chunk = 1 + abs(chunk)%64
+		for _, mk := range []func() Scanner{
+			func() Scanner { return NewJSON("usage.total_tokens") },
+			func() Scanner { return NewSSE("usage.total_tokens") },
+		} {
+			whole, inPieces := mk(), mk()
+			raw1, ok1 := scan(whole, string(body), len(body)+1)
+			raw2, ok2 := scan(inPieces, string(body), chunk)
+			if raw1 != raw2 || ok1 != ok2 {
+				t.Fatalf("whole: %q %v, in pieces of %d: %q %v", raw1, ok1, chunk, raw2, ok2)
+			}
+			if len(raw1) > maxNumber {
+				t.Fatalf("captured %d bytes", len(raw1))
+			}
+			var j *JSON
+			switch s := whole.(type) {
+			case *JSON:
+				j = s
+			case *SSE:
+				j = &s.ev
+			}
+			if len(j.stack) > 2 || cap(j.num) > maxNumber {
+				t.Fatalf("state grew: %d containers, number buffer %d", len(j.stack), cap(j.num))
+			}
+		}
+	})
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
