@@ -33,6 +33,16 @@
 --                           and written too, so old and new gateways share
 --                           one bucket. "0": the 0.1 form is read only when
 --                           the field is missing, and then removed.
+-- ARGV[10] debt floor       optional. Absent or "": the call is the
+--                           ordinary take above. A number d >= 0: the call
+--                           charges cost unconditionally (a response's
+--                           cost, known after the request was admitted):
+--                           the tokens may drop below zero, a debt, but
+--                           never below -d; the charge is cut at that
+--                           floor. granted is what was charged (in units);
+--                           want is ignored. A bucket in debt admits
+--                           nothing until it refills above the cost of the
+--                           next request, and wait_ms says when.
 --
 -- Returns {granted, remaining, wait_ms, reset_ms, now_ms}:
 --   granted    tokens taken (in units): 0 (rejected), or between cost and want
@@ -65,6 +75,7 @@ local unit = tonumber(ARGV[7]) or 1
 local cost = tonumber(ARGV[4]) / unit
 local want = tonumber(ARGV[5]) / unit
 local deadline = tonumber(ARGV[6]) or 0
+local debt_floor = tonumber(ARGV[10] or '')
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -106,7 +117,10 @@ if elapsed < 0 then
 end
 tokens = math.min(capacity, tokens + elapsed * per_ms)
 
-local ttl = math.max(1000, 2 * math.ceil(capacity / per_ms))
+-- A bucket may owe up to floor tokens: its refill to full then takes
+-- (capacity + floor) / rate, and the key must outlive it, or the debt
+-- would be forgiven when it expires.
+local ttl = math.max(1000, 2 * math.ceil((capacity + math.max(0, debt_floor or 0)) / per_ms))
 
 -- extend makes key live at least ttl more milliseconds.
 local function extend(key)
@@ -136,6 +150,19 @@ if cost < 0 then
   tokens = math.min(capacity, tokens - cost)
   store()
   return {0, math.floor(tokens), 0, math.ceil((capacity - tokens) / per_ms), now}
+end
+
+if debt_floor and cost >= 0 then
+  local charge = math.max(0, math.min(cost, tokens + debt_floor))
+  -- Whole units only, as for a take.
+  charge = math.floor(charge * unit + 1e-6) / unit
+  tokens = tokens - charge
+  store()
+  local wait = 0
+  if tokens < 1 / unit then
+    wait = math.ceil((1 / unit - tokens) / per_ms)
+  end
+  return {charge * unit, math.floor(tokens), wait, math.ceil((capacity - tokens) / per_ms), now}
 end
 
 -- Nothing is written on rejection: the stored state, refilled from its own

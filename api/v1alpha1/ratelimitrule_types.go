@@ -6,11 +6,14 @@ import (
 
 // RateLimitRuleSpec is the limit for one tenant on one route: a token bucket
 // that holds at most capacity tokens and refills at a fixed rate. Every request
-// takes one token; a request that finds no token is rejected with 429.
+// takes one token (or the cost spec.cost gives it); a request that finds too
+// few tokens is rejected with 429.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.refillPerSecond) != has(self.refill)",message="exactly one of spec.refillPerSecond and spec.refill must be set"
 // +kubebuilder:validation:XValidation:rule="has(self.route) != has(self.targetRef)",message="exactly one of spec.route and spec.targetRef must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.hotKey) || !has(self.hotKey.shards) || self.capacity >= self.hotKey.shards",message="spec.capacity must be at least spec.hotKey.shards"
+// +kubebuilder:validation:XValidation:rule="!has(self.cost) || !has(self.cost.request) || !has(self.cost.request.fixed) || self.cost.request.fixed <= self.capacity",message="spec.cost.request.fixed must not exceed spec.capacity"
+// +kubebuilder:validation:XValidation:rule="!has(self.cost) || !has(self.cost.response) || !has(self.hotKey) || ((!has(self.hotKey.shards) || self.hotKey.shards <= 1) && (!has(self.hotKey.prefetch) || self.hotKey.prefetch == 'Off'))",message="spec.cost.response cannot be combined with spec.hotKey.prefetch or spec.hotKey.shards"
 // +kubebuilder:validation:XValidation:rule="!has(self.regions) || self.regions.all(r, self.capacity * r.percent >= 100 * (has(self.hotKey) && has(self.hotKey.shards) ? self.hotKey.shards : 1))",message="spec.regions: every region's share of spec.capacity (capacity x percent / 100) must hold at least one token per shard (spec.hotKey.shards)"
 // +kubebuilder:validation:XValidation:rule="!has(self.regions) || !has(self.concurrency) || self.regions.all(r, self.concurrency.maxInFlight * r.percent >= 100)",message="spec.regions: every region's share of spec.concurrency.maxInFlight (maxInFlight x percent / 100) must be at least one request"
 type RateLimitRuleSpec struct {
@@ -110,6 +113,13 @@ type RateLimitRuleSpec struct {
 	// end of a request and enforces the token bucket alone.
 	// +optional
 	Concurrency *Concurrency `json:"concurrency,omitempty"`
+
+	// cost gives requests a cost other than one token: fixed or from a
+	// request header, and/or charged after the upstream answered from its
+	// response (a header or a JSON field), which may leave the bucket in
+	// debt. HTTP routes only.
+	// +optional
+	Cost *Cost `json:"cost,omitempty"`
 }
 
 // Concurrency is a cluster-wide cap on requests in flight. Slots are held

@@ -170,6 +170,33 @@ var _ = Describe("RateLimitRule schema", func() {
 		Entry("region share of zero", set("spec.regions", []any{
 			map[string]any{"name": "eu", "percent": int64(0)}, map[string]any{"name": "us", "percent": int64(100)}}),
 			"spec.regions[0].percent", "greater than or equal to 1"),
+		Entry("empty cost", set("spec.cost", map[string]any{}), "spec.cost", "spec.cost needs request or response"),
+		Entry("fixed and header request cost", set("spec.cost.request", map[string]any{"fixed": int64(2), "header": "X-Cost"}),
+			"spec.cost.request", "set exactly one of fixed and header"),
+		Entry("zero fixed cost", set("spec.cost.request", map[string]any{"fixed": int64(0)}), "spec.cost.request.fixed", "greater than or equal to 1"),
+		Entry("fixed cost above capacity", set("spec.cost.request", map[string]any{"fixed": int64(201)}), "spec", "spec.cost.request.fixed must not exceed spec.capacity"),
+		Entry("cost header with a colon", set("spec.cost.request", map[string]any{"header": "X-Cost:"}), "spec.cost.request.header", "should match"),
+		Entry("default cost without a header", set("spec.cost.request", map[string]any{"fixed": int64(2), "default": int64(3)}),
+			"spec.cost.request", "default and spec.cost.request.max need spec.cost.request.header"),
+		Entry("default cost above max", set("spec.cost.request", map[string]any{"header": "X-Cost", "default": int64(30), "max": int64(10)}),
+			"spec.cost.request", "default must not exceed spec.cost.request.max"),
+		Entry("huge max cost", set("spec.cost.request", map[string]any{"header": "X-Cost", "max": int64(1) << 40}),
+			"spec.cost.request.max", "less than or equal to 1000000000"),
+		Entry("response cost from header and body", set("spec.cost.response", map[string]any{"header": "X-Usage", "jsonField": "usage.total_tokens"}),
+			"spec.cost.response", "set exactly one of header and jsonField"),
+		Entry("response cost from nothing", set("spec.cost.response", map[string]any{"default": int64(1)}),
+			"spec.cost.response", "set exactly one of header and jsonField"),
+		Entry("json field with an empty key", set("spec.cost.response", map[string]any{"jsonField": "usage..total"}), "spec.cost.response.jsonField", "should match"),
+		Entry("negative response default", set("spec.cost.response", map[string]any{"header": "X-Usage", "default": int64(-1)}),
+			"spec.cost.response.default", "greater than or equal to 0"),
+		Entry("negative debt", set("spec.cost.response", map[string]any{"header": "X-Usage", "maxDebt": int64(-5)}),
+			"spec.cost.response.maxDebt", "greater than or equal to 0"),
+		Entry("onError above max", set("spec.cost.response", map[string]any{"header": "X-Usage", "max": int64(10), "onError": int64(11)}),
+			"spec.cost.response", "must not exceed spec.cost.response.max"),
+		Entry("response cost with shards", both(set("spec.cost.response", map[string]any{"header": "X-Usage"}), set("spec.hotKey", map[string]any{"shards": int64(4)})),
+			"spec", "spec.cost.response cannot be combined with spec.hotKey.prefetch or spec.hotKey.shards"),
+		Entry("response cost with prefetch", both(set("spec.cost.response", map[string]any{"header": "X-Usage"}), set("spec.hotKey", map[string]any{"prefetch": "Auto"})),
+			"spec", "spec.cost.response cannot be combined with spec.hotKey.prefetch or spec.hotKey.shards"),
 	)
 
 	DescribeTable("accepts valid edge cases",
@@ -205,6 +232,13 @@ var _ = Describe("RateLimitRule schema", func() {
 		Entry("concurrency of one with a one-second lease", set("spec.concurrency", map[string]any{"maxInFlight": int64(1), "leaseSeconds": int64(1)})),
 		Entry("concurrency split 70/30", both(set("spec.concurrency", map[string]any{"maxInFlight": int64(4)}), set("spec.regions", []any{
 			map[string]any{"name": "eu-west", "percent": int64(70)}, map[string]any{"name": "us-east", "percent": int64(30)}}))),
+		Entry("fixed cost equal to capacity", set("spec.cost.request", map[string]any{"fixed": int64(200)})),
+		Entry("header cost with default and max", set("spec.cost.request", map[string]any{"header": "X-Cost", "default": int64(5), "max": int64(500)})),
+		Entry("response cost from a JSON field, with request cost", set("spec.cost", map[string]any{
+			"request":  map[string]any{"fixed": int64(1)},
+			"response": map[string]any{"jsonField": "usage.total_tokens", "default": int64(100), "onError": int64(0), "max": int64(100000), "maxDebt": int64(0)}})),
+		Entry("response cost from a header, with a hotKey left Off", both(set("spec.cost.response", map[string]any{"header": "X-Usage-Tokens"}),
+			set("spec.hotKey", map[string]any{"prefetch": "Off"}))),
 	)
 
 	It("defaults spec.concurrency.leaseSeconds to 10", func() {

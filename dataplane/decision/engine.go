@@ -68,6 +68,20 @@ func New(opts Options) *Engine {
 // comes only from a limiter without a failure mode (see limiter.Failover).
 func (e *Engine) Decide(ctx context.Context, tenant, route string, cost int64) (Decision, *snapshot.Rule, error) {
 	rule := e.opts.Rules.Lookup(tenant, route)
+	d, err := e.DecideRule(ctx, tenant, route, rule, cost)
+	return d, rule, err
+}
+
+// Rule is the rule in force for tenant on route (never nil), for a caller
+// that needs it before deciding (the HTTP proxy reads a request's cost
+// from it).
+func (e *Engine) Rule(tenant, route string) *snapshot.Rule {
+	return e.opts.Rules.Lookup(tenant, route)
+}
+
+// DecideRule is Decide under rule, which Rule returned for tenant and
+// route.
+func (e *Engine) DecideRule(ctx context.Context, tenant, route string, rule *snapshot.Rule, cost int64) (Decision, error) {
 	b, region := e.bucket(tenant, route, rule)
 	shards := max(1, int(rule.Shards))
 	var d limiter.Outcome
@@ -78,7 +92,7 @@ func (e *Engine) Decide(ctx context.Context, tenant, route string, cost int64) (
 	} else {
 		d, err = e.sharded(ctx, tenant, route, region, rule, b, shards, cost)
 	}
-	return Decision{Outcome: d, Limit: max(1, int64(b.Capacity))}, rule, err
+	return Decision{Outcome: d, Limit: max(1, int64(b.Capacity))}, err
 }
 
 // bucket is the bucket this gateway uses for tenant on route: the whole rule,
@@ -166,4 +180,21 @@ func (e *Engine) batch(rule *snapshot.Rule, b limiter.Bucket) int64 {
 		return min(batch, limit)
 	}
 	return 0
+}
+
+// Charge charges cost tokens to the bucket of tenant on route under rule
+// after its request was admitted (a response-cost rule): the same bucket
+// Decide took from (the region's share), allowed into debt down to the
+// rule's maxDebt (scaled to the region's share). A limiter that cannot
+// charge (no limiter.Charger) charges nothing.
+func (e *Engine) Charge(ctx context.Context, tenant, route string, rule *snapshot.Rule, cost int64) limiter.Charged {
+	ch, ok := e.opts.Limiter.(limiter.Charger)
+	if !ok || cost <= 0 {
+		return limiter.Charged{}
+	}
+	b, _ := e.bucket(tenant, route, rule)
+	if rule.Cost != nil && rule.Cost.Response != nil {
+		b.MaxDebt = float64(rule.Cost.Response.MaxDebt) * b.Capacity / float64(rule.Capacity)
+	}
+	return ch.Charge(ctx, b, cost)
 }

@@ -81,6 +81,9 @@ type Rule struct {
 	Mode           string `json:"mode"`
 	FailureMode    string `json:"failureMode"`
 	Shards         int    `json:"shards,omitempty"`
+	// Cost describes spec.cost in words; empty when every request costs
+	// one token.
+	Cost string `json:"cost,omitempty"`
 }
 
 // Bucket is one Redis bucket.
@@ -237,6 +240,7 @@ func ruleOf(rule *snapshot.Rule, tenant, route string, builtIn bool) Rule {
 	if rule.Shards > 1 {
 		r.Shards = int(rule.Shards)
 	}
+	r.Cost = costText(rule.Cost)
 	switch {
 	case builtIn:
 		r.Source, r.Tenant, r.Route = "", v1alpha1.Wildcard, v1alpha1.Wildcard
@@ -251,4 +255,28 @@ func ruleOf(rule *snapshot.Rule, tenant, route string, builtIn bool) Rule {
 		r.Precedence, r.PrecedenceText = 4, "4 of 4: the rule for any tenant on any route (no more specific rule)"
 	}
 	return r
+}
+
+// costText describes a rule's cost: what a request takes up front and
+// what its response is charged.
+func costText(c *snapshot.Cost) string {
+	if c == nil {
+		return ""
+	}
+	var s string
+	switch {
+	case c.Header != "":
+		s = fmt.Sprintf("request: header %s (without it %d, at most %d)", c.Header, c.RequestDefault(), c.RequestMax())
+	default:
+		s = fmt.Sprintf("request: %d", c.RequestDefault())
+	}
+	if rc := c.Response; rc != nil {
+		from := "header " + rc.Header
+		if rc.JSONField != "" {
+			from = "JSON field " + rc.JSONField
+		}
+		s += fmt.Sprintf("; then the response's %s (at most %d; none usable: %d; upstream failed: %d), into debt down to -%d tokens",
+			from, rc.Bound(), rc.Default, rc.OnError, rc.MaxDebt)
+	}
+	return s
 }

@@ -42,6 +42,9 @@ func (t *text) rule(r Report) {
 	t.p("rule in force:  %s (tenant %s, route %s)", source, rule.Tenant, rule.Route)
 	t.p("  chosen by:    %s", rule.PrecedenceText)
 	t.p("  limit:        capacity %d, refill %d per %s, %s, failureMode %s", rule.Capacity, rule.RefillTokens, rule.RefillPeriod, rule.Mode, rule.FailureMode)
+	if rule.Cost != "" {
+		t.p("  cost:         %s", rule.Cost)
+	}
 	t.p("  snapshot:     version %d", r.SnapshotVersion)
 	if r.Region != "" {
 		t.p("  region:       %s holds %d%% of the rule", r.Region, r.RegionPercent)
@@ -70,6 +73,9 @@ func (t *text) buckets(r Report) {
 		default:
 			t.p("    Redis: %s tokens now (stored %s, %v ago, in %s field %s; the hash expires in %v)",
 				num(st.Tokens), num(st.StoredTokens), ms(st.StoredAgoMs), st.Hash, st.Field, ms(st.TTLMs))
+			if st.Tokens < 0 {
+				t.p("    in debt: responses cost more than the bucket held; requests wait until it refills")
+			}
 		}
 		node := bk.Node
 		if node == "" {

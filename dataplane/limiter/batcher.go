@@ -296,8 +296,8 @@ type call struct {
 
 // group turns a batch into script calls, leaving out ops whose caller gave
 // up while they were queued. Single-token requests on one bucket share a
-// call (unless NoCoalesce); anything else (a prefetch, a cost above one)
-// gets its own.
+// call (unless NoCoalesce); anything else (a prefetch, a cost above one, a
+// charge) gets its own.
 func (bt *Batcher) group(batch []*op) []*call {
 	var calls []*call
 	var byKey map[string]*call
@@ -307,7 +307,7 @@ func (bt *Batcher) group(batch []*op) []*call {
 		if !o.state.CompareAndSwap(opQueued, opSent) {
 			continue
 		}
-		if !bt.opts.NoCoalesce && o.cost == 1 && o.want == 1 && len(batch) > 1 {
+		if !bt.opts.NoCoalesce && o.cost == 1 && o.want == 1 && !o.b.Charge && len(batch) > 1 {
 			if byKey == nil {
 				byKey = map[string]*call{}
 			}

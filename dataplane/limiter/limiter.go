@@ -38,6 +38,13 @@ type Bucket struct {
 	// Unit makes a Take's cost, want and granted count 1/Unit tokens (0 or
 	// 1: whole tokens). A request spread over shards takes fractions.
 	Unit int64
+	// Charge makes a Take a charge (Charger): cost tokens are taken
+	// unconditionally, down to -MaxDebt tokens at most (a debt); want is
+	// ignored. Charges never share a script call.
+	Charge bool
+	// MaxDebt is, for a Charge, how far below zero the bucket may go, in
+	// tokens (>= 0).
+	MaxDebt float64
 
 	// node is the Redis node that holds Key (its address in a Cluster, ""
 	// otherwise), set by the per-node breakers for the Batcher.
@@ -145,6 +152,29 @@ type Limiter interface {
 	// An error means no decision could be made; Chain never returns one (it
 	// applies the rule's failure mode instead).
 	Allow(ctx context.Context, b Bucket, cost int64) (Outcome, error)
+}
+
+// Charger charges a cost that is known only after a request was admitted
+// (the cost a response reports): the bucket may go into debt, down to
+// -b.MaxDebt tokens, so that the next requests wait until it refills.
+// Chain and Local implement it.
+type Charger interface {
+	// Charge takes cost tokens from b whatever it holds, cut at the debt
+	// floor. It never fails: when Redis cannot answer, the rule's failure
+	// mode decides (LocalFallback charges the local bucket; FailOpen and
+	// FailClosed charge nothing).
+	Charge(ctx context.Context, b Bucket, cost int64) Charged
+}
+
+// Charged is the answer to a Charge.
+type Charged struct {
+	// Tokens were charged: cost, or less when the debt floor cut it.
+	Tokens int64
+	// Remaining whole tokens are left; negative for a bucket in debt.
+	Remaining int64
+	// Source says which bucket was charged: SourceRedis, SourceLocal, or
+	// SourceFailOpen / SourceFailClosed when nothing was.
+	Source Source
 }
 
 // Taker takes tokens from the shared buckets. Every layer below the chain's

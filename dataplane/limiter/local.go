@@ -114,7 +114,9 @@ func (l *Local) bucket(sh *localShard, key string, capacity, perMs float64, now 
 // estimated as remaining times the shards.
 func (l *Local) Observe(b Bucket, remaining int64) {
 	key, capacity, perMs, n := l.share(&b)
-	whole := float64(max(0, remaining))
+	// Negative: the bucket is in debt (a charge), which the local bucket
+	// owes too.
+	whole := float64(remaining)
 	if b.Shards > 1 {
 		whole *= float64(b.Shards)
 	}
@@ -213,6 +215,11 @@ func (l *Local) makeRoom(sh *localShard, now time.Time) {
 		}
 		delete(sh.buckets, victim)
 	}
+}
+
+// shardOf is the shard that holds the local bucket named key.
+func (l *Local) shardOf(key string) *localShard {
+	return &l.shards[maphash.String(l.seed, key)%localShards]
 }
 
 // Len is the number of buckets held.

@@ -49,7 +49,8 @@ func ParseLayout(s string) (Layout, error) {
 
 // ScriptCall is the script's KEYS and ARGV for a Take of b: between cost
 // and want tokens (in units of 1/b.Unit), given up after deadlineMs in
-// Redis time (0: never), in layout. Tools that call the script themselves
+// Redis time (0: never), in layout. A bucket with Charge set makes the call
+// a charge that may leave the bucket in debt (ARGV[10], the debt floor). Tools that call the script themselves
 // (the benchmark) build their calls here too.
 func ScriptCall(b *Bucket, cost, want, deadlineMs int64, layout Layout) (keys []string, args []any) {
 	hash, field := Storage(b.Key)
@@ -57,7 +58,12 @@ func ScriptCall(b *Bucket, cost, want, deadlineMs int64, layout Layout) (keys []
 	if layout == LayoutCompat {
 		compat = "1"
 	}
-	return []string{hash, b.Key}, []any{b.Capacity, b.RefillTokens, b.RefillPeriodMs, cost, want, deadlineMs, max(1, b.Unit), field, compat}
+	args = []any{b.Capacity, b.RefillTokens, b.RefillPeriodMs, cost, want, deadlineMs, max(1, b.Unit), field, compat}
+	if b.Charge {
+		// ARGV[10]: charge cost unconditionally, down to -MaxDebt tokens.
+		args = append(args, max(0, b.MaxDebt))
+	}
+	return []string{hash, b.Key}, args
 }
 
 // Storage is where the bucket named key lives in Redis: a field of a hash.

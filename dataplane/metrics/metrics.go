@@ -76,7 +76,19 @@ type Gateway struct {
 	// for rules with spec.concurrency, which it cannot enforce (no signal for
 	// the end of a request): only their token bucket decided.
 	ConcurrencyUnenforced prometheus.Counter
+	// ResponseCharges counts the responses of response-cost rules by route
+	// and basis (CostReported, CostDefault, CostError); ResponseCostTokens
+	// sums the tokens charged for them (a charge cut at the debt floor
+	// counts what was taken).
+	ResponseCharges, ResponseCostTokens *prometheus.CounterVec
 }
+
+// Bases of Gateway.ResponseCharges: where a response's cost came from.
+const (
+	CostReported = "reported" // the response's header or JSON field
+	CostDefault  = "default"  // no usable value: the rule's default
+	CostError    = "error"    // the upstream failed or the body broke off: onError
+)
 
 // Reasons of Gateway.IdentityFailures.
 const (
@@ -159,6 +171,14 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 			Name: "tollgate_gateway_reload_errors_total",
 			Help: "Rejected reloads by source (rules, routes, api-keys); the last good version stays in use.",
 		}, []string{"source"}),
+		ResponseCharges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_gateway_response_charges_total",
+			Help: "Responses of rules with a response cost, by route and basis of the charge (reported: the response's value; default: none usable; error: the upstream failed or the body broke off).",
+		}, []string{"route", "basis"}),
+		ResponseCostTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_gateway_response_cost_tokens_total",
+			Help: "Tokens charged after responses of rules with a response cost, by route and basis (a charge cut at the debt floor counts what was taken).",
+		}, []string{"route", "basis"}),
 		UpstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tollgate_gateway_upstream_duration_seconds",
 			Help:    "Time from forwarding a request to the upstream's response headers, by route.",
@@ -180,6 +200,7 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 	reg.MustRegister(m.Decisions, m.Responses, m.RedisDuration, m.RedisErrors, m.RedisTimeout, m.Breaker, m.Replicas, m.ReplicasCounted,
 		m.SnapshotVersion, m.SnapshotFormat, m.BuildInfo, m.SnapshotLoaded, m.Rules, m.ReloadErrors, m.UpstreamDuration, m.IdentityFailures,
 		m.ConcurrencyInFlight, m.ConcurrencyRejections, m.ConcurrencyUnenforced,
+		m.ResponseCharges, m.ResponseCostTokens,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, s := range []string{"closed", "open", "half-open"} {
 		m.Breaker.WithLabelValues(s).Set(0)

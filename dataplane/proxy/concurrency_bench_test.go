@@ -27,25 +27,31 @@ import (
 )
 
 // BenchmarkForwardRedis forwards requests to a loopback upstream through the
-// whole handler with a real Redis: a plain token bucket rule, and the same
+// whole handler with a real Redis: a plain token bucket rule, the same
 // rule with a concurrency limit (a slot acquired before and released after
-// each request). It reports Redis script calls per request, each one round
+// each request), and with a response cost read from the JSON body (the
+// body scanned, then a charge after the response). It reports Redis script calls per request, each one round
 // trip here (from Redis's INFO commandstats; lease renewals, one call per
 // key every lease/3 for all of a gateway's requests on it, are not running
 // here).
 //
 //	go test -run '^$' -bench ForwardRedis -benchmem ./dataplane/proxy/
 func BenchmarkForwardRedis(b *testing.B) {
+	responseCost := &snapshot.Cost{Fixed: 1, Response: &snapshot.ResponseCost{JSONField: "usage.total_tokens", MaxDebt: 1 << 30}}
 	for _, c := range []struct {
 		name        string
 		maxInFlight int32
-	}{{"bucket", 0}, {"bucket+concurrency", 1000}} {
+		cost        *snapshot.Cost
+	}{{"bucket", 0, nil}, {"bucket+concurrency", 1000, nil}, {"bucket+response-cost", 0, responseCost}} {
 		b.Run(c.name, func(b *testing.B) {
 			srv := redistest.Start(b)
 			client := srv.Client(b)
-			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, `{"id":"x","usage":{"total_tokens":1}}`)
+			}))
 			defer up.Close()
-			h := redisHandler(b, client, up.URL, c.maxInFlight)
+			h := redisHandler(b, client, up.URL, c.maxInFlight, c.cost)
 			req := httptest.NewRequest("POST", "/orders", nil)
 			req.Header.Set("X-Api-Key", "shop")
 			before := scriptCalls(b, client)
@@ -62,12 +68,12 @@ func BenchmarkForwardRedis(b *testing.B) {
 	}
 }
 
-func redisHandler(b *testing.B, client *redis.Client, upstream string, maxInFlight int32) *proxy.Handler {
+func redisHandler(b *testing.B, client *redis.Client, upstream string, maxInFlight int32, cost *snapshot.Cost) *proxy.Handler {
 	table, err := routes.Parse([]byte("routes:\n  - id: create-order\n    methods: [POST]\n    path: /orders\n    upstream: " + upstream + "\n"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	store := rules.NewStore(snapshot.Rule{Tenant: "*", Route: "*", Capacity: 1 << 30, RefillTokens: 1 << 30, RefillPeriodMs: 1000, MaxInFlight: maxInFlight})
+	store := rules.NewStore(snapshot.Rule{Tenant: "*", Route: "*", Capacity: 1 << 30, RefillTokens: 1 << 30, RefillPeriodMs: 1000, MaxInFlight: maxInFlight, Cost: cost})
 	chain := limiter.NewChain(limiter.ChainOptions{Client: client, Timeout: time.Second, MaxWait: time.Second})
 	b.Cleanup(func() { _ = chain.Close() })
 	h := proxy.New(proxy.Options{

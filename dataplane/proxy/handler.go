@@ -62,10 +62,15 @@ type Options struct {
 	ClientBodyTimeout time.Duration
 }
 
-// Decider makes the rate limit decision of one request; decision.Engine
-// implements it.
+// Decider makes the rate limit decision of one request, and charges a
+// response's cost after it; decision.Engine implements it.
 type Decider interface {
-	Decide(ctx context.Context, tenant, route string, cost int64) (decision.Decision, *snapshot.Rule, error)
+	// Rule is the rule in force for tenant on route (never nil).
+	Rule(tenant, route string) *snapshot.Rule
+	// DecideRule takes cost tokens for tenant on route under rule.
+	DecideRule(ctx context.Context, tenant, route string, rule *snapshot.Rule, cost int64) (decision.Decision, error)
+	// Charge charges a response's cost, into debt if need be.
+	Charge(ctx context.Context, tenant, route string, rule *snapshot.Rule, cost int64) limiter.Charged
 }
 
 // Handler is the gateway's http.Handler.
@@ -162,9 +167,18 @@ func (h *Handler) failures(err error) prometheus.Counter {
 	return h.failuresInvalid
 }
 
-// limitAndForward asks the limiter and forwards or rejects.
+// limitAndForward asks the limiter and forwards or rejects. The request's
+// cost comes from its rule (spec.cost.request; a malformed cost header is
+// answered 400); a rule with a response cost charges it once the response
+// is over (settle), before the handler returns.
 func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *upstream, tenant string, body *deadlineBody) {
-	d, rule, err := h.opts.Decider.Decide(r.Context(), tenant, up.id, 1)
+	rule := h.opts.Decider.Rule(tenant, up.id)
+	cost, err := requestCost(r, rule.Cost)
+	if err != nil {
+		h.reply(w, up.id, http.StatusBadRequest, err.Error())
+		return
+	}
+	d, err := h.opts.Decider.DecideRule(r.Context(), tenant, up.id, rule, cost)
 	if err != nil {
 		// Only a limiter without a Failover returns errors.
 		h.log.Error(err, "limiter failed", "route", up.id)
@@ -172,21 +186,7 @@ func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *up
 		return
 	}
 	setLimitHeaders(w.Header(), up.id, rule, d, h.opts.IETFHeaders)
-	switch {
-	case d.Allowed:
-		up.count(metrics.Allowed, d.Source)
-	case rule.Shadow:
-		up.count(metrics.ShadowRejected, d.Source)
-		w.Header().Set("X-RateLimit-Shadow", "would-reject")
-	case d.Source == limiter.SourceFailClosed:
-		up.count(metrics.Rejected, d.Source)
-		setRetryAfter(w.Header(), d)
-		h.reply(w, up.id, http.StatusServiceUnavailable, "rate limiter unavailable and the rule fails closed")
-		return
-	default:
-		up.count(metrics.Rejected, d.Source)
-		setRetryAfter(w.Header(), d)
-		h.reply(w, up.id, http.StatusTooManyRequests, "rate limit exceeded")
+	if !h.admit(w, up, rule, d, cost) {
 		return
 	}
 	// The slot is released when forwarding ends: the response body sent,
@@ -204,7 +204,42 @@ func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *up
 		r.Body = body
 		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, body))
 	}
+	if m := newMeter(rule); m != nil {
+		r = m.attach(r)
+		// Deferred: the reverse proxy panics (http.ErrAbortHandler) when
+		// the copy of the body fails; the response is charged all the same.
+		defer func() { h.settle(r.Context(), m, tenant, up, rule) }()
+	}
 	up.proxy.ServeHTTP(w, r)
+}
+
+// admit counts decision d and answers a request it does not admit (429, or
+// 503 for a rule failing closed); it reports whether to forward. A request
+// whose cost exceeds the capacity gets no Retry-After: it can never pass.
+func (h *Handler) admit(w http.ResponseWriter, up *upstream, rule *snapshot.Rule, d decision.Decision, cost int64) bool {
+	switch {
+	case d.Allowed:
+		up.count(metrics.Allowed, d.Source)
+	case rule.Shadow:
+		up.count(metrics.ShadowRejected, d.Source)
+		w.Header().Set("X-RateLimit-Shadow", "would-reject")
+	case d.Source == limiter.SourceFailClosed:
+		up.count(metrics.Rejected, d.Source)
+		setRetryAfter(w.Header(), d)
+		h.reply(w, up.id, http.StatusServiceUnavailable, "rate limiter unavailable and the rule fails closed")
+		return false
+	default:
+		up.count(metrics.Rejected, d.Source)
+		setRetryAfter(w.Header(), d)
+		msg := "rate limit exceeded"
+		if d.RetryAfter < 0 {
+			msg = "rate limit exceeded: this request costs " + strconv.FormatInt(cost, 10) +
+				" tokens, more than the limit's capacity of " + strconv.FormatInt(d.Limit, 10) + "; it can never pass"
+		}
+		h.reply(w, up.id, http.StatusTooManyRequests, msg)
+		return false
+	}
+	return true
 }
 
 // reply writes one of the gateway's own answers as a small JSON body.

@@ -160,6 +160,9 @@ func (classes *classCounters) modifyResponse(res *http.Response) error {
 	for _, h := range ownHeaders {
 		res.Header.Del(h)
 	}
+	if m := meterOf(res.Request.Context()); m != nil {
+		m.start(res)
+	}
 	classes[min(max(res.StatusCode/100, 1), 5)].Inc()
 	return nil
 }

@@ -22,11 +22,20 @@ const (
 	MaxCost = 1_000_000
 )
 
+// ChargeKey is the descriptor entry that makes a descriptor a charge: its
+// cost is charged whatever the bucket holds, into debt down to the rule's
+// spec.cost.response.maxDebt (0 without a response cost), and the answer is
+// always OK. It is meant for the rate limits Envoy sends when a stream is
+// done (apply_on_stream_done), with the response's cost as hits_addend.
+// Its value is not read.
+const ChargeKey = "tollgate.dev/charge"
+
 // Target is what one descriptor asks for: cost tokens from the bucket of
-// tenant on route.
+// tenant on route, or (Charge) a charge of cost tokens after the response.
 type Target struct {
 	Tenant, Route string
 	Cost          int64
+	Charge        bool
 }
 
 // requestError is a malformed request; its text goes back to the caller.
@@ -54,6 +63,7 @@ func badRequest(format string, args ...any) error {
 //     entries are ignored;
 //   - the cost is the descriptor's hits_addend if set, else the request's;
 //     0 counts as 1; above MaxCost is refused; is_negative_hits is refused;
+//   - a descriptor with the entry ChargeKey is a charge (Target.Charge);
 //   - a descriptor's rate limit override (limit) is ignored: tollgate's
 //     rules decide.
 func (ds *Domains) Map(req *rlsv3.RateLimitRequest) ([]Target, *Domain, error) {
@@ -103,6 +113,8 @@ func (dom *Domain) target(d *ratelimitv3.RateLimitDescriptor, reqCost int64) (Ta
 				return Target{}, fmt.Errorf("entry %q appears twice", dom.RouteKey)
 			}
 			haveRoute, t.Route = true, e.GetValue()
+		case ChargeKey:
+			t.Charge = true
 		}
 	}
 	if !haveTenant {

@@ -48,12 +48,13 @@ func TestMapDefaultKeys(t *testing.T) {
 	got, dom, err := ds.Map(req("whatever", 0,
 		desc("tenant", "shop-a", "route", "create-order", "remote_address", "10.0.0.1"),
 		withHits(desc("route", "list-orders", "tenant", "shop-b"), 7),
+		withHits(desc("route", "chat", "tenant", "shop-c", ChargeKey, "response"), 250),
 	))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Target{{"shop-a", "create-order", 1}, {"shop-b", "list-orders", 7}}
-	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+	want := []Target{{"shop-a", "create-order", 1, false}, {"shop-b", "list-orders", 7, false}, {"shop-c", "chat", 250, true}}
+	if len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
 	if dom.label != "rls" {
@@ -98,13 +99,13 @@ domains:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got[0] != (Target{"shop-a", "create-order", 1}) || got[1] != (Target{"shop-b", "api", 1}) {
+	if got[0] != (Target{Tenant: "shop-a", Route: "create-order", Cost: 1}) || got[1] != (Target{Tenant: "shop-b", Route: "api", Cost: 1}) {
 		t.Errorf("got %+v", got)
 	}
 	if dom.label != "rls:edge" {
 		t.Errorf("label %q", dom.label)
 	}
-	if got, _, err := ds.Map(req("internal", 0, desc("tenant", "x", "route", "y"))); err != nil || got[0] != (Target{"x", "y", 1}) {
+	if got, _, err := ds.Map(req("internal", 0, desc("tenant", "x", "route", "y"))); err != nil || got[0] != (Target{Tenant: "x", Route: "y", Cost: 1}) {
 		t.Errorf("internal: %+v %v", got, err)
 	}
 	_, _, err = ds.Map(req("other", 0, desc("tenant", "x", "route", "y")))
@@ -327,5 +328,13 @@ func TestServerLimiterErrorIsUnavailable(t *testing.T) {
 	_, err := s.ShouldRateLimit(t.Context(), req("d", 0, desc("tenant", "a", "route", "r")))
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("got %v, want Unavailable (Envoy then applies failure_mode_deny)", err)
+	}
+}
+
+func TestServerChargeWithoutChargerIsUnimplemented(t *testing.T) {
+	s := New(Options{Decider: okDecider{}})
+	_, err := s.ShouldRateLimit(t.Context(), req("d", 5, desc("tenant", "a", "route", "r", ChargeKey, "")))
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("got %v, want Unimplemented", err)
 	}
 }

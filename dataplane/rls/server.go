@@ -44,6 +44,14 @@ type Decider interface {
 	Decide(ctx context.Context, tenant, route string, cost int64) (decision.Decision, *snapshot.Rule, error)
 }
 
+// Charger charges a cost after a response, into debt if need be;
+// decision.Engine implements it. A Decider without it refuses charges
+// (ChargeKey) with codes.Unimplemented.
+type Charger interface {
+	Rule(tenant, route string) *snapshot.Rule
+	Charge(ctx context.Context, tenant, route string, rule *snapshot.Rule, cost int64) limiter.Charged
+}
+
 // Options configure a Server. Decider is required.
 type Options struct {
 	// Decider decides for a tenant and route; with a limiter.Failover
@@ -115,7 +123,10 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	counters := s.countersFor(dom.label)
 	for _, t := range targets {
-		d, rule, err := s.opts.Decider.Decide(ctx, t.Tenant, t.Route, t.Cost)
+		d, rule, err := s.decide(ctx, t)
+		if status.Code(err) == codes.Unimplemented {
+			return nil, err
+		}
 		if err != nil {
 			s.log.Error(err, "limiter failed", "route", dom.label)
 			return nil, status.Error(codes.Unavailable, "rate limiter unavailable")
@@ -139,6 +150,22 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		results = append(results, r)
 	}
 	return s.response(results), nil
+}
+
+// decide decides for one target: a decision, or a charge (always
+// admitted: the response it is for was served).
+func (s *Server) decide(ctx context.Context, t Target) (decision.Decision, *snapshot.Rule, error) {
+	if !t.Charge {
+		return s.opts.Decider.Decide(ctx, t.Tenant, t.Route, t.Cost)
+	}
+	c, ok := s.opts.Decider.(Charger)
+	if !ok {
+		return decision.Decision{}, nil, status.Error(codes.Unimplemented, "this rate limit service cannot charge")
+	}
+	rule := c.Rule(t.Tenant, t.Route)
+	ch := c.Charge(ctx, t.Tenant, t.Route, rule, t.Cost)
+	limit := max(1, int64(rule.RegionCapacity(s.opts.Region)))
+	return decision.Decision{Outcome: limiter.Outcome{Allowed: true, Remaining: max(0, ch.Remaining), Source: ch.Source}, Limit: limit}, rule, nil
 }
 
 // response builds the answer from the decisions.

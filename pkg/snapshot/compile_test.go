@@ -71,6 +71,24 @@ func TestFromSpec(t *testing.T) {
 			s.Concurrency = &v1alpha1.Concurrency{MaxInFlight: 3}
 			s.Regions = []v1alpha1.RegionShare{{Name: "eu", Percent: 70}, {Name: "us", Percent: 30}}
 		}, Rule{}, `region "us" gets 30% of maxInFlight 3, less than one request`},
+		{"header cost and response cost from a JSON field", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Cost = &v1alpha1.Cost{
+				Request:  &v1alpha1.RequestCost{Header: "X-Cost", Default: ptr.To[int64](2), Max: ptr.To[int64](50)},
+				Response: &v1alpha1.ResponseCost{JSONField: "usage.total_tokens", OnError: ptr.To[int64](3)},
+			}
+		}, Rule{Tenant: "shop-a", Route: "create-order", Capacity: 200, RefillTokens: 100, RefillPeriodMs: 1000, Source: "ns/r",
+			Cost: &Cost{Header: "X-Cost", Default: 2, Max: 50, Response: &ResponseCost{JSONField: "usage.total_tokens", OnError: 3, MaxDebt: 200}}}, ""},
+		{"response cost alone costs one token up front", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Cost = &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{Header: "X-Usage-Tokens", MaxDebt: ptr.To[int64](0)}}
+		}, Rule{Tenant: "shop-a", Route: "create-order", Capacity: 200, RefillTokens: 100, RefillPeriodMs: 1000, Source: "ns/r",
+			Cost: &Cost{Fixed: 1, Response: &ResponseCost{Header: "X-Usage-Tokens"}}}, ""},
+		{"fixed cost above capacity", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Cost = &v1alpha1.Cost{Request: &v1alpha1.RequestCost{Fixed: ptr.To[int64](201)}}
+		}, Rule{}, "cost fixed 201 out of range"},
+		{"response cost with shards", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.HotKey = &v1alpha1.HotKey{Shards: 4}
+			s.Cost = &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{Header: "X-Usage"}}
+		}, Rule{}, "cannot be combined with prefetch or shards"},
 		{"unknown failure mode", func(s *v1alpha1.RateLimitRuleSpec) { s.FailureMode = "Maybe" }, Rule{}, "failureMode"},
 	}
 	for _, c := range cases {

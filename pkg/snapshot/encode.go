@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"encoding/json"
 	"strconv"
 	"unicode/utf8"
 )
@@ -52,6 +53,13 @@ func appendRule(b []byte, r *Rule) []byte {
 	}
 	b = appendIntField(b, "mi", int64(r.MaxInFlight))
 	b = appendIntField(b, "mil", r.MaxInFlightLeaseMs)
+	if r.Cost != nil {
+		// Rare (rules with spec.cost), small and of plain fields:
+		// encoding/json cannot fail on it.
+		c, _ := json.Marshal(r.Cost)
+		b = append(b, `,"co":`...)
+		b = append(b, c...)
+	}
 	if r.Source != "" {
 		b = append(b, `,"s":`...)
 		b = appendString(b, r.Source)

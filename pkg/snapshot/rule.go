@@ -41,6 +41,8 @@ type Rule struct {
 	// MaxInFlightLeaseMs is the lease of a concurrency slot (0: the
 	// default, DefaultLeaseMs).
 	MaxInFlightLeaseMs int64 `json:"mil,omitempty"`
+	// Cost is the compiled spec.cost; nil: every request costs one token.
+	Cost *Cost `json:"co,omitempty"`
 	// Source names the RateLimitRule this was compiled from ("namespace/name");
 	// empty for built-in rules.
 	Source string `json:"s,omitempty"`
@@ -154,6 +156,9 @@ func (r *Rule) Validate() error {
 		return fmt.Errorf("rule %s/%s: refill period %dms out of range [%d, %d]", r.Tenant, r.Route, r.RefillPeriodMs, MinPeriodMs, MaxPeriodMs)
 	case r.FailureMode > FailClosed:
 		return fmt.Errorf("rule %s/%s: unknown failure mode %d", r.Tenant, r.Route, r.FailureMode)
+	}
+	if err := r.validateCost(); err != nil {
+		return err
 	}
 	if err := r.validateHotKey(); err != nil {
 		return err
@@ -324,6 +329,7 @@ func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 			r.Shards = hk.Shards
 		}
 	}
+	r.Cost = costFromSpec(spec.Cost, spec.Capacity)
 	for _, g := range spec.Regions {
 		r.Regions = append(r.Regions, RegionShare{Name: g.Name, Percent: g.Percent})
 	}

@@ -175,6 +175,12 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 		{"duplicate", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000},{"t":"a","r":"x","c":2,"n":1,"p":1000}]}`), "duplicate"},
 		{"wrong shard", gz(fmt.Sprintf(`{"format":1,"index":%d,"count":2,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000}]}`, 1-tenantShardIndex("a", 2))), "belongs in shard"},
 		{"wrong shard, format 2", gz(fmt.Sprintf(`{"format":2,"index":%d,"count":2,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000}]}`, 1-ShardIndex("a", "x", 2))), "belongs in shard"},
+		{"cost with neither fixed nor header", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000,"co":{}}]}`), "exactly one of fixed and header"},
+		{"cost header with CR LF", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000,"co":{"h":"X\r\nY"}}]}`), "not a valid header name"},
+		{"negative response default", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000,"co":{"f":1,"r":{"h":"U","d":-1}}}]}`), "default -1"},
+		{"huge debt", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000,"co":{"f":1,"r":{"h":"U","x":9000000000000}}}]}`), "maxDebt"},
+		{"response cost from nothing", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000,"co":{"f":1,"r":{}}}]}`), "exactly one of header and jsonField"},
+		{"json path too deep", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000,"co":{"f":1,"r":{"j":"` + strings.Repeat("a.", 16) + `a"}}}]}`), "1 to 16 keys"},
 		{"zip bomb", gz(`{"format":1,"rules":"` + strings.Repeat("a", MaxDecodedBytes) + `"}`), "more than"},
 	}
 	// A valid shard padded with 40 MiB of JSON whitespace: about 40 KiB
@@ -297,6 +303,7 @@ func FuzzAppendRule(f *testing.F) {
 			MaxInFlight: int32(n), MaxInFlightLeaseMs: c}
 		if shadow {
 			r.Regions = []RegionShare{{Name: route, Percent: int32(c)}, {Name: src, Percent: 1}}
+			r.Cost = &Cost{Fixed: c, Header: tenant, Max: n, Response: &ResponseCost{JSONField: route, MaxDebt: p}}
 		}
 		var back Rule
 		if err := json.Unmarshal(appendRule(nil, &r), &back); err != nil {
