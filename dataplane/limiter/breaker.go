@@ -78,6 +78,12 @@ type BreakerOptions struct {
 	// ObserveRedis is called after every call to Redis with its duration
 	// and error. Optional; must be cheap.
 	ObserveRedis func(time.Duration, error)
+	// Sending is called before a call for bucket b goes to Redis, and
+	// Unanswered after one failed, before the failure is counted (it may
+	// open the breaker). Optional; must be cheap. The Chain keeps its
+	// local buckets with them (Local.Sending, Local.Unsure, Local.NotSent).
+	Sending    func(b *Bucket)
+	Unanswered func(b *Bucket, err error)
 }
 
 // ErrOpen is returned by Take while the breaker is not closed.
@@ -128,7 +134,7 @@ func (br *Breaker) readyToTrip(c gobreaker.Counts) bool {
 
 // Take implements Taker.
 func (br *Breaker) Take(ctx context.Context, b Bucket, cost, want int64) (TakeResult, error) {
-	return br.call(ctx, func(ctx context.Context) (TakeResult, error) { return br.next.Take(ctx, b, cost, want) })
+	return br.call(ctx, &b, func(ctx context.Context) (TakeResult, error) { return br.next.Take(ctx, b, cost, want) })
 }
 
 // TakeLate passes late replies through when the next Taker hands them over.
@@ -137,10 +143,10 @@ func (br *Breaker) TakeLate(ctx context.Context, b Bucket, cost, want int64, lat
 	if !ok {
 		return br.Take(ctx, b, cost, want)
 	}
-	return br.call(ctx, func(ctx context.Context) (TakeResult, error) { return lt.TakeLate(ctx, b, cost, want, late) })
+	return br.call(ctx, &b, func(ctx context.Context) (TakeResult, error) { return lt.TakeLate(ctx, b, cost, want, late) })
 }
 
-func (br *Breaker) call(ctx context.Context, f func(context.Context) (TakeResult, error)) (TakeResult, error) {
+func (br *Breaker) call(ctx context.Context, b *Bucket, f func(context.Context) (TakeResult, error)) (TakeResult, error) {
 	if br.cb.State() != gobreaker.StateClosed {
 		return TakeResult{}, ErrOpen
 	}
@@ -149,10 +155,19 @@ func (br *Breaker) call(ctx context.Context, f func(context.Context) (TakeResult
 		return TakeResult{}, ErrOpen
 	}
 	br.waited.Add(1)
+	if br.opts.Sending != nil {
+		br.opts.Sending(b)
+	}
 	start := time.Now()
 	r, err := f(ctx)
 	if br.opts.ObserveRedis != nil {
 		br.opts.ObserveRedis(time.Since(start), err)
+	}
+	if err != nil && br.opts.Unanswered != nil {
+		// Before the failure is counted: once it opens the breaker, other
+		// requests for b decide locally at once, and must find b's local
+		// bucket as this call left it.
+		br.opts.Unanswered(b, err)
 	}
 	done(br.classify(ctx, err))
 	return r, err

@@ -31,9 +31,10 @@ import (
 //     refused or closed by the server):
 //     the local bucket decides; it continues from Redis's last answer for
 //     the bucket, starts empty (refilling at rate/N) for a bucket whose
-//     last call went unanswered (whatever Redis said before: the other
-//     replicas may still be draining it), and starts at capacity/N only
-//     for a bucket this gateway never sent to Redis;
+//     last call went unanswered or is still out (whatever Redis said
+//     before: the other replicas may still be draining it), and starts at
+//     capacity/N only for a bucket this gateway never sent to Redis (or
+//     whose calls Redis refused: they took nothing);
 //   - breaker closed (this one call failed or was too late, while Redis is
 //     not known to be down; it may still take its token there): the request
 //     is rejected with Retry-After: 1s. A stalled Redis or a starved
@@ -127,6 +128,7 @@ func NewChain(opts ChainOptions) *Chain {
 		FailuresToOpen: opts.FailuresToOpen, MinFailingFor: max(25*time.Millisecond, opts.Timeout), OpenFor: opts.OpenFor,
 		ProbeTimeout:  ping,
 		OnStateChange: opts.OnStateChange, ObserveRedis: opts.ObserveRedis,
+		Sending: c.local.Sending, Unanswered: c.unanswered,
 	})
 	// A late reply does not update the local mirror: the bucket stays
 	// Unsure (empty locally) until Redis answers a request in time.
@@ -155,6 +157,17 @@ func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Outcome, error
 		c.local.Observe(b, r.Remaining)
 	}
 	return r.outcome(cost), nil
+}
+
+// unanswered keeps the local bucket of b after its call to Redis failed:
+// empty when the call may have taken tokens (Unsure), as if never sent
+// when Redis refused or closed the connection.
+func (c *Chain) unanswered(b *Bucket, err error) {
+	if redisGone(err) {
+		c.local.NotSent(b)
+		return
+	}
+	c.local.Unsure(*b)
 }
 
 // fallback decides by the bucket's failure mode; down says the breaker is

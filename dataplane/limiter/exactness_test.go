@@ -153,3 +153,41 @@ func TestLateGrantsAreNotLost(t *testing.T) {
 		t.Errorf("admitted %d over the bucket's life, want its capacity %v (a late grant was lost)", admitted, b.Capacity)
 	}
 }
+
+// TestInFlightBucketStartsEmpty: a request whose bucket has a call in
+// flight to Redis, and which finds the breaker open (other buckets' calls
+// failed meanwhile), must not be admitted from a fresh local bucket of
+// capacity/N: the call in flight may be taking tokens in Redis right now,
+// and the other replicas keep draining the bucket there. Only a bucket this
+// gateway never sent to Redis starts at capacity/N. (Under a starved
+// machine, three gateways admitted 64 and 83 of a bucket of 60 this way.)
+func TestInFlightBucketStartsEmpty(t *testing.T) {
+	srv := redistest.Start(t)
+	c := NewChain(ChainOptions{
+		Client: srv.Client(t), Coalesce: true, EmptyBucketCache: true,
+		Timeout: 2 * time.Second, MaxWait: 5 * time.Second, FailuresToOpen: 3,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	b := Bucket{Key: Key("t", "in-flight"), Capacity: 10, RefillTokens: 1, RefillPeriodMs: 3600_000}
+	srv.Pause()
+	first := make(chan Outcome, 1)
+	go func() {
+		d, _ := c.Allow(ctx, b, 1)
+		first <- d
+	}()
+	for c.Waited() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	tripBreaker(c)
+	d, _ := c.Allow(ctx, b, 1)
+	srv.Resume()
+	<-first
+	if d.Allowed {
+		t.Errorf("admitted locally from a bucket with a call in flight to Redis: %+v", d)
+	}
+	never := Bucket{Key: Key("t", "never-sent"), Capacity: 10, RefillTokens: 1, RefillPeriodMs: 3600_000}
+	if d, _ := c.Allow(ctx, never, 1); !d.Allowed || d.Source != SourceLocal {
+		t.Errorf("a bucket never sent to Redis, breaker open: %+v, want admitted locally", d)
+	}
+}

@@ -58,6 +58,8 @@ type localBucket struct {
 	capacity float64
 	perMs    float64
 	last     time.Time // last refill
+	// sending: made by Sending, and Redis has not answered since.
+	sending bool
 }
 
 // NewLocal returns an empty set of local buckets.
@@ -125,6 +127,7 @@ func (l *Local) Observe(b Bucket, remaining int64) {
 	sh.mu.Lock()
 	bk := l.bucket(sh, key, capacity, perMs, now)
 	bk.tokens = min(capacity, whole/n)
+	bk.sending = false
 	sh.mu.Unlock()
 }
 
@@ -144,6 +147,39 @@ func (l *Local) Unsure(b Bucket) {
 		l.makeRoom(sh, now)
 	}
 	sh.buckets[key] = &localBucket{capacity: capacity, perMs: perMs, last: now}
+}
+
+// Sending records that a call for b is going to Redis. A bucket this
+// gateway holds nothing for starts empty from now on (refilling at
+// rate/N), as after an unanswered call: should the breaker open while the
+// call is out (other buckets' calls failing), the call may be taking
+// tokens in Redis, and the other replicas keep draining the bucket there.
+// A bucket with a local state keeps it; Redis's answer (Observe) replaces
+// it.
+func (l *Local) Sending(b *Bucket) {
+	key, capacity, perMs, _ := l.share(b)
+	sh := &l.shards[maphash.String(l.seed, key)%localShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.buckets[key] != nil {
+		return
+	}
+	now := l.opts.Clock()
+	l.makeRoom(sh, now)
+	sh.buckets[key] = &localBucket{capacity: capacity, perMs: perMs, last: now, sending: true}
+}
+
+// NotSent undoes Sending for a call that took nothing in Redis (the
+// connection was refused or closed): a bucket still as Sending left it
+// is forgotten, so it starts at capacity/N like one never sent.
+func (l *Local) NotSent(b *Bucket) {
+	key, _, _, _ := l.share(b)
+	sh := &l.shards[maphash.String(l.seed, key)%localShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if bk := sh.buckets[key]; bk != nil && bk.sending {
+		delete(sh.buckets, key)
+	}
 }
 
 // Decide takes cost tokens from the local bucket of b.
