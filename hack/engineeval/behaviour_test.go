@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/dataplane/httpguard"
 )
 
 // TestClientDisconnectReachesUpstream: a client that goes away while the
@@ -365,4 +367,37 @@ func TestNoHTTP2FromClients(t *testing.T) {
 			t.Errorf("answer to the HTTP/2 preface %q, want an HTTP/1.1 status line", got)
 		}
 	})
+}
+
+// TestHTTPGuardMakesFastHTTPStrict: what a port would do about bare line
+// ends. httpguard works on the connection, below any engine: under
+// fasthttp's server its listener turns the bare LF that fasthttp accepts
+// into a NUL, which fasthttp refuses with 400, and a clean request still
+// passes. (The guard's other duties would need porting too: Connection:
+// close on a connection it stopped following, via RequestCtx.Conn(), and
+// Passthrough after a 101, which fasthttp cannot proxy anyway.)
+func TestHTTPGuardMakesFastHTTPStrict(t *testing.T) {
+	up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Injected") != "" {
+			w.Header().Set("X-Saw", "injected")
+		}
+	})
+	p, err := NewFastProxy(up, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := listen(t)
+	go func() { _ = p.Serve(httpguard.Listener(ln)) }()
+	t.Cleanup(func() { _ = p.Server.Shutdown() })
+	for block, want := range map[string]string{
+		"GET /a HTTP/1.1\r\nHost: example.test\r\nX-Note: a\nX-Injected: 1\r\n\r\n": "400 Bad Request",
+		"GET /a HTTP/1.1\r\nHost: example.test\r\nX-Note: a\r\n\r\n":                "200 OK",
+	} {
+		c := dial(t, ln.Addr().String())
+		c.send(t, block)
+		res := c.response(3 * time.Second)
+		if res == nil || res.Status != want || res.Header.Get("X-Saw") != "" {
+			t.Errorf("%q: %v, want %s and nothing injected", block, res, want)
+		}
+	}
 }
