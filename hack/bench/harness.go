@@ -68,7 +68,10 @@ func newHarness(ctx context.Context, cfg config) (*harness, error) {
 		return nil, err
 	}
 	h.res = newResults(cfg, h.plan)
-	h.pin = detectPinning()
+	h.pin = pinning{why: "-pin=false"}
+	if cfg.pin {
+		h.pin = detectPinning()
+	}
 	h.res.Meta.Pinning = h.pin.describe()
 	h.logf("tollgate benchmark (%s): %d cores, %s; output in %s", h.res.Meta.Mode, h.res.Meta.Cores, h.res.Meta.CPUModel, h.out)
 	if err := h.build(ctx); err != nil {
