@@ -79,9 +79,8 @@ func TestResponseStreamsBeforeUpstreamEnds(t *testing.T) {
 // flows). net/http forwards every part at once. fasthttp (the server's
 // StreamRequestBody, the HostClient writing the body stream) does so for a
 // chunked body, but holds back the first part of a Content-Length body: 5
-// or 5,000 bytes wait for more (measured: 70,000 bytes pass; the proxy's
-// read buffer is 64 KiB, kept that large for 64 KiB of headers). Large
-// uploads stream; a slow one with a length stalls until its buffer fills.
+// or 5,000 bytes wait for more, 70,000 bytes pass. Large uploads stream; a
+// slow one with a length stalls until enough has come.
 func TestRequestBodyStreamsUpstream(t *testing.T) {
 	cases := []struct {
 		name, head string
