@@ -54,6 +54,8 @@ func TestQuickRunProducesReport(t *testing.T) {
 	switch {
 	case res.Latency == nil || len(res.Latency.Steps) != 3:
 		t.Error("latency: want three rates")
+	case len(res.Latency.ProxyFloor) != 1 || len(res.Latency.FastFloor) != 1:
+		t.Error("latency: want the net/http and the fasthttp floor")
 	case res.Throughput == nil || len(res.Throughput.Modes) != 4:
 		t.Error("throughput: want four limiter modes")
 	case res.RedisCost == nil || len(res.RedisCost.Modes) != 3:

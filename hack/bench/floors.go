@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tollgate-dev/tollgate/dataplane/proxy"
+	"github.com/tollgate-dev/tollgate/hack/engineeval"
 )
 
 // floorFlag makes this program the rls scenario's floor instead of a
@@ -33,9 +34,16 @@ const floorFlag = "-serve-rls-floor"
 // the least a Go net/http proxy costs.
 const proxyFloorFlag = "-serve-proxy-floor"
 
+// fastFloorFlag makes this program the latency scenario's fasthttp floor:
+// `bench -serve-fasthttp-floor ADDR UPSTREAM` serves a bare reverse proxy
+// on valyala/fasthttp (hack/engineeval) with the gateway's settings where
+// they map: what the proxy would cost on that engine.
+const fastFloorFlag = "-serve-fasthttp-floor"
+
 // floorMain serves a floor and reports true when the program was started
-// as `-serve-rls-floor ADDR` or `-serve-proxy-floor ADDR UPSTREAM` (by the
-// benchmark, or by its test binary).
+// as `-serve-rls-floor ADDR`, `-serve-proxy-floor ADDR UPSTREAM` or
+// `-serve-fasthttp-floor ADDR UPSTREAM` (by the benchmark, or by its test
+// binary).
 func floorMain() bool {
 	var err error
 	switch {
@@ -43,6 +51,8 @@ func floorMain() bool {
 		err = serveRLSFloor(os.Args[2])
 	case len(os.Args) == 4 && os.Args[1] == proxyFloorFlag:
 		err = serveProxyFloor(os.Args[2], os.Args[3])
+	case len(os.Args) == 4 && os.Args[1] == fastFloorFlag:
+		err = serveFastFloor(os.Args[2], os.Args[3])
 	default:
 		return false
 	}
@@ -64,6 +74,16 @@ func serveProxyFloor(addr, upstream string) error {
 	rp.Transport = proxy.NewTransport(30 * time.Second)
 	srv := &http.Server{Addr: addr, Handler: rp, ReadHeaderTimeout: 10 * time.Second}
 	return srv.ListenAndServe()
+}
+
+// serveFastFloor serves the bare fasthttp proxy to upstream on addr until
+// the process is killed, with the gateway's response timeout.
+func serveFastFloor(addr, upstream string) error {
+	p, err := engineeval.NewFastProxy(upstream, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	return p.ListenAndServe(addr)
 }
 
 // floorServer answers every ShouldRateLimit with the same response.

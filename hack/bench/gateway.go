@@ -26,6 +26,8 @@ type gatewaySpec struct {
 	extra      []string
 	// readyWithin bounds the wait for /readyz. Default 30s.
 	readyWithin time.Duration
+	// pin runs the gateway alone on the measured CPU (h.pin).
+	pin bool
 }
 
 // gatewayProc is a running gateway.
@@ -72,6 +74,35 @@ func (h *harness) startGateway(ctx context.Context, s gatewaySpec) (*gatewayProc
 		"--shutdown-grace", "1s",
 		"--pprof",
 	}
+	more, err := s.sourceArgs(dir)
+	if err != nil {
+		return nil, err
+	}
+	args = append(args, more...)
+	bin := h.bin
+	if s.pin {
+		bin, args = h.pin.command(bin, args...)
+	}
+	p, err := startProc(s.name, filepath.Join(dir, "gateway.log"), bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	g := &gatewayProc{proc: p, url: fmt.Sprintf("http://127.0.0.1:%d", port), admin: fmt.Sprintf("http://127.0.0.1:%d", adminPort)}
+	within := s.readyWithin
+	if within == 0 {
+		within = 30 * time.Second
+	}
+	if err := g.waitReady(ctx, within); err != nil {
+		p.Kill()
+		return nil, err
+	}
+	return g, nil
+}
+
+// sourceArgs are the gateway's flags for Redis, its rules (a manifest
+// written into dir, or the cluster) and s.extra.
+func (s gatewaySpec) sourceArgs(dir string) ([]string, error) {
+	var args []string
 	if s.redisAddr != "" {
 		args = append(args, "--redis-addr", s.redisAddr)
 	}
@@ -87,21 +118,7 @@ func (h *harness) startGateway(ctx context.Context, s gatewaySpec) (*gatewayProc
 			args = append(args, "--snapshot-name", s.snapshot)
 		}
 	}
-	args = append(args, s.extra...)
-	p, err := startProc(s.name, filepath.Join(dir, "gateway.log"), h.bin, args...)
-	if err != nil {
-		return nil, err
-	}
-	g := &gatewayProc{proc: p, url: fmt.Sprintf("http://127.0.0.1:%d", port), admin: fmt.Sprintf("http://127.0.0.1:%d", adminPort)}
-	within := s.readyWithin
-	if within == 0 {
-		within = 30 * time.Second
-	}
-	if err := g.waitReady(ctx, within); err != nil {
-		p.Kill()
-		return nil, err
-	}
-	return g, nil
+	return append(args, s.extra...), nil
 }
 
 // waitReady polls /readyz every few milliseconds.

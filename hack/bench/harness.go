@@ -52,6 +52,7 @@ type harness struct {
 	kube     *kubeEnv // started on first use
 	echo     *procs.Echo
 	plots    []string
+	pin      pinning
 }
 
 func newHarness(ctx context.Context, cfg config) (*harness, error) {
@@ -67,6 +68,11 @@ func newHarness(ctx context.Context, cfg config) (*harness, error) {
 		return nil, err
 	}
 	h.res = newResults(cfg, h.plan)
+	h.pin = pinning{why: "-pin=false"}
+	if cfg.pin {
+		h.pin = detectPinning()
+	}
+	h.res.Meta.Pinning = h.pin.describe()
 	h.logf("tollgate benchmark (%s): %d cores, %s; output in %s", h.res.Meta.Mode, h.res.Meta.Cores, h.res.Meta.CPUModel, h.out)
 	if err := h.build(ctx); err != nil {
 		return nil, err

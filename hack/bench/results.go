@@ -41,7 +41,10 @@ type Meta struct {
 	// LoadAvg is the 1-minute load average at the start and end of each
 	// scenario: other work on the machine shows here.
 	LoadAvg map[string][2]float64 `json:"loadAverage"`
-	Plan    plan                  `json:"plan"`
+	// Pinning says how the latency scenario placed the measured processes
+	// on CPUs (taskset), or why it could not.
+	Pinning string `json:"pinning"`
+	Plan    plan   `json:"plan"`
 }
 
 func newResults(cfg config, p plan) *Results {
@@ -80,7 +83,10 @@ type LatencyResult struct {
 	// ProxyFloor is a bare httputil.ReverseProxy with the gateway's
 	// transport, at the first rate.
 	ProxyFloor []LatencyStep `json:"proxyFloor,omitempty"`
-	Note       string        `json:"note,omitempty"`
+	// FastFloor is a bare valyala/fasthttp proxy (hack/engineeval) with the
+	// gateway's settings where they map, at the first rate.
+	FastFloor []LatencyStep `json:"fasthttpFloor,omitempty"`
+	Note      string        `json:"note,omitempty"`
 }
 
 // LatencyStep compares direct and through-the-gateway at one rate.

@@ -13,13 +13,21 @@ import (
 // scenarioLatency (1): direct to the upstream vs through one gateway, at
 // 2,500 req/s and 2x and 4x that.
 func (h *harness) scenarioLatency(ctx context.Context) error {
+	// The harness and Redis on the other CPUs for the whole scenario; the
+	// gateway, the floors and nginx each start on the measured one.
+	restore, err := h.pin.pinSelf()
+	if err != nil {
+		return err
+	}
+	defer restore()
+	h.logf("%s", h.pin.describe())
 	rs, err := h.startRedis(ctx, "redis-latency")
 	if err != nil {
 		return err
 	}
 	defer rs.Kill()
 	rule := generousRule(false)
-	gw, err := h.startGateway(ctx, gatewaySpec{name: "gw-latency", rules: manifests(rule), redisAddr: rs.Addr()})
+	gw, err := h.startGateway(ctx, gatewaySpec{name: "gw-latency", rules: manifests(rule), redisAddr: rs.Addr(), pin: true})
 	if err != nil {
 		return err
 	}
@@ -53,38 +61,66 @@ func (h *harness) scenarioLatency(ctx context.Context) error {
 		h.logf("%5d req/s  direct p50 %.3f p99 %.3f p99.9 %.3f ms | gateway p50 %.3f p99 %.3f p99.9 %.3f ms | added p99 %+.3f ms | gateway CPU %.1f µs/request | bad %.2f%%",
 			rate, d.P50, d.P99, d.P999, g.P50, g.P99, g.P999, st.AddedP99, st.CPUPerRequest, 100*g.BadFrac)
 	}
-	if err := h.nginxReference(ctx, res, mix); err != nil {
-		// Only a reference: note the problem, do not fail the scenario.
-		res.Note = "nginx reference skipped: " + err.Error()
-		h.logf("%s", res.Note)
-	}
-	if err := h.proxyFloorReference(ctx, res, mix); err != nil {
-		res.Note += " net/http floor skipped: " + err.Error()
-		h.logf("net/http floor skipped: %v", err)
-	}
+	h.latencyReferences(ctx, res, mix)
 	return nil
 }
 
-// proxyFloorReference measures a bare httputil.ReverseProxy (this harness
-// run as -serve-proxy-floor) to the same upstream at the first rate: the
-// HTTP engine's own cost, without the limiter.
-func (h *harness) proxyFloorReference(ctx context.Context, res *LatencyResult, mix tenantMix) error {
+// latencyReferences measures nginx and the floors at the first rate into
+// res. They are only references: a failure is noted, not fatal.
+func (h *harness) latencyReferences(ctx context.Context, res *LatencyResult, mix tenantMix) {
+	if err := h.nginxReference(ctx, res, mix); err != nil {
+		res.Note = "nginx reference skipped: " + err.Error()
+		h.logf("%s", res.Note)
+	}
+	for _, f := range proxyFloors {
+		step, err := h.proxyFloorReference(ctx, f, mix)
+		if err != nil {
+			res.Note += " " + f.name + " skipped: " + err.Error()
+			h.logf("%s skipped: %v", f.name, err)
+			continue
+		}
+		if f.flag == fastFloorFlag {
+			res.FastFloor = append(res.FastFloor, step)
+		} else {
+			res.ProxyFloor = append(res.ProxyFloor, step)
+		}
+	}
+}
+
+// proxyFloor is a bare reverse proxy this harness serves as a process of
+// its own (floors.go).
+type proxyFloor struct {
+	name, flag, proc string
+}
+
+// proxyFloors are the HTTP floors of the latency scenario: Go's net/http
+// engine and valyala/fasthttp, each without the limiter.
+var proxyFloors = []proxyFloor{
+	{name: "net/http floor", flag: proxyFloorFlag, proc: "proxy-floor"},
+	{name: "fasthttp floor", flag: fastFloorFlag, proc: "fasthttp-floor"},
+}
+
+// proxyFloorReference measures a bare reverse proxy (this harness run
+// with f's flag) to the same upstream at the first rate: an HTTP engine's
+// own cost, without the limiter.
+func (h *harness) proxyFloorReference(ctx context.Context, f proxyFloor, mix tenantMix) (LatencyStep, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return LatencyStep{}, err
 	}
 	port, err := freePort()
 	if err != nil {
-		return err
+		return LatencyStep{}, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := startProc("proxy-floor", filepath.Join(h.logDir, "proxy-floor.log"), self, proxyFloorFlag, addr, h.upstream)
+	bin, args := h.pin.command(self, f.flag, addr, h.upstream)
+	p, err := startProc(f.proc, filepath.Join(h.logDir, f.proc+".log"), bin, args...)
 	if err != nil {
-		return err
+		return LatencyStep{}, err
 	}
 	defer p.Kill()
 	url := "http://" + addr + "/bench"
-	if err := waitFor(ctx, 5*time.Second, 20*time.Millisecond, "the net/http floor to answer", func() (bool, error) {
+	if err := waitFor(ctx, 5*time.Second, 20*time.Millisecond, "the "+f.name+" to answer", func() (bool, error) {
 		r, err := http.Get(url)
 		if err != nil {
 			return false, nil
@@ -92,14 +128,9 @@ func (h *harness) proxyFloorReference(ctx context.Context, res *LatencyResult, m
 		r.Body.Close()
 		return true, nil
 	}); err != nil {
-		return err
+		return LatencyStep{}, err
 	}
-	step, err := h.reference(ctx, "net/http floor", url, p.Pid(), mix)
-	if err != nil {
-		return err
-	}
-	res.ProxyFloor = append(res.ProxyFloor, step)
-	return nil
+	return h.reference(ctx, f.name, url, p.Pid(), mix)
 }
 
 // nginxConf is the reference nginx's configuration: a plain reverse proxy
@@ -147,7 +178,8 @@ func (h *harness) startNginx(ctx context.Context) (*proc, string, error) {
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return nil, "", err
 	}
-	p, err := startProc("nginx", filepath.Join(dir, "nginx.log"), bin, "-c", confPath, "-p", dir)
+	cmd, args := h.pin.command(bin, "-c", confPath, "-p", dir)
+	p, err := startProc("nginx", filepath.Join(dir, "nginx.log"), cmd, args...)
 	if err != nil {
 		return nil, "", err
 	}

@@ -112,15 +112,22 @@ func cpuVsNginx(h *harness) []measured {
 	return out
 }
 
-// floorNote gives the net/http floor's CPU per request at rate, if measured:
-// the share of the HTTP engine in the gateway's figure.
+// floorNote gives the floors' CPU per request at rate, if measured: the
+// share of the HTTP engine in the gateway's figure, on net/http and on
+// fasthttp.
 func floorNote(h *harness, rate int) string {
+	var note string
 	for _, f := range h.res.Latency.ProxyFloor {
 		if f.Rate == rate && f.CPUPerRequest > 0 {
-			return fmt.Sprintf("; a bare httputil.ReverseProxy: %.1f µs", f.CPUPerRequest)
+			note += fmt.Sprintf("; a bare httputil.ReverseProxy: %.1f µs", f.CPUPerRequest)
 		}
 	}
-	return ""
+	for _, f := range h.res.Latency.FastFloor {
+		if f.Rate == rate && f.CPUPerRequest > 0 {
+			note += fmt.Sprintf("; a bare fasthttp proxy: %.1f µs", f.CPUPerRequest)
+		}
+	}
+	return note
 }
 
 // redisCostModes returns the Redis cost modes measured on both traffics.
