@@ -43,8 +43,34 @@
 --                           want is ignored. A bucket in debt admits
 --                           nothing until it refills above the cost of the
 --                           next request, and wait_ms says when.
+-- ARGV[11]                 reserved (request cost); "" or absent
 --
--- Returns {granted, remaining, wait_ms, reset_ms, now_ms}:
+-- A calendar quota (optional: with ARGV[12] absent or empty the script
+-- ignores KEYS[3..4] and ARGV[12..18] and replies as without them) is a
+-- second limit both must admit. It counts tokens in KEYS[3] or KEYS[4],
+-- one key per period, named by the period's start:
+-- rq:{<tenant>}:<route>[@<region>]:<start ms> (or rq:{<shard key>}:<start
+-- ms> for a shard, which holds its part of the quota), in the slot of
+-- KEYS[1] by the hash tag. The gateway computes periods from the rule's
+-- time zone (ms since the epoch, so daylight saving changes are its
+-- calendar's); the script picks the one that holds Redis's time, so every
+-- gateway switches periods at the same instant. A counter expires a minute
+-- after its period ends.
+-- KEYS[3]  counter of period A          KEYS[4]  counter of period B
+-- ARGV[12] quota limit      tokens per period (integer >= 0)
+-- ARGV[13] A start (ms)     the period that held the gateway's time less a
+-- ARGV[14] A end = B start  minute, and the next one: Redis's time falls in
+-- ARGV[15] B end (ms)       one of them while clocks agree within a minute
+--                           (beyond, the nearer of the two is used)
+-- ARGV[16] owed             tokens a gateway admitted on its own while Redis
+-- ARGV[17] owed start (ms)  was unreachable, in the period starting there:
+--                           added to that period's count first (if it is A
+--                           or B and not over), whatever this call decides
+-- ARGV[18] shift (ms)       added to Redis's time for the quota only; tests
+--                           move the calendar with it, gateways send 0
+--
+-- Returns {granted, remaining, wait_ms, reset_ms, now_ms}, and with a quota
+-- {..., quota_remaining, quota_reset_ms, quota_short}:
 --   granted    tokens taken (in units): 0 (rejected), or between cost and want
 --   remaining  tokens left after the call, floored
 --   wait_ms    milliseconds until cost tokens exist after this call: for a
@@ -53,6 +79,12 @@
 --              (0 when it could pass now; -1 if cost exceeds capacity)
 --   reset_ms   milliseconds until the bucket is full again
 --   now_ms     Redis's clock, so the gateway can express deadlines in it
+--   quota_remaining  tokens left in the period after the call, floored
+--   quota_reset_ms   milliseconds until the period ends
+--   quota_short      1 when the quota holds fewer than cost tokens after
+--                    the call (a rejected call: the quota refused it, and
+--                    wait_ms is the time to the next period, or -1 when
+--                    cost exceeds the limit), else 0
 --
 -- The clock is Redis's own (TIME), never the caller's: gateways' clocks drift.
 -- Redis 7 replicates scripts by their effects, so reading TIME is safe.
@@ -84,6 +116,63 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- server, say) must not take tokens nobody will use.
 if deadline > 0 and now > deadline then
   return {-1, 0, 0, 0, now}
+end
+
+-- The quota: which period holds Redis's time, what is left in it.
+local qkey, qend, qleft, qnow
+local qlimit = ARGV[12] and ARGV[12] ~= '' and tonumber(ARGV[12]) or nil
+if qlimit then
+  qnow = now + (tonumber(ARGV[18]) or 0)
+  local a0, a1, b1 = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
+  local owed, ostart = tonumber(ARGV[16]) or 0, tonumber(ARGV[17]) or 0
+  if owed > 0 then
+    local okey, oend
+    if ostart == a0 then
+      okey, oend = KEYS[3], a1
+    elseif ostart == a1 then
+      okey, oend = KEYS[4], b1
+    end
+    if okey and qnow < oend then
+      redis.call('INCRBYFLOAT', okey, owed)
+      redis.call('PEXPIRE', okey, oend - qnow + 60000)
+    end
+  end
+  if qnow >= a1 then
+    qkey, qend = KEYS[4], b1
+  else
+    qkey, qend = KEYS[3], a1
+  end
+  qleft = math.max(0, qlimit - (tonumber(redis.call('GET', qkey)) or 0))
+end
+
+-- qcharge adds n tokens (negative: gives them back) to the period's count.
+local function qcharge(n)
+  if n > 0 then
+    redis.call('INCRBYFLOAT', qkey, n)
+    redis.call('PEXPIRE', qkey, math.max(1, qend - qnow) + 60000)
+  elseif n < 0 and qleft < qlimit then
+    redis.call('INCRBYFLOAT', qkey, math.max(n, qleft - qlimit))
+  end
+  qleft = math.min(qlimit, math.max(0, qleft - n))
+end
+
+-- reply appends the quota's entries when there is a quota.
+local function reply(r)
+  if qkey then
+    local short = 0
+    if qleft + 1e-9 < cost then
+      short = 1
+      if cost > qlimit then
+        r[3] = -1
+      elseif r[3] >= 0 then
+        r[3] = math.max(r[3], qend - qnow)
+      end
+    end
+    table.insert(r, math.floor(qleft + 1e-6))
+    table.insert(r, math.max(0, qend - qnow))
+    table.insert(r, short)
+  end
+  return r
 end
 
 local field = ARGV[8]
@@ -149,7 +238,18 @@ end
 if cost < 0 then
   tokens = math.min(capacity, tokens - cost)
   store()
-  return {0, math.floor(tokens), 0, math.ceil((capacity - tokens) / per_ms), now}
+  if qkey then
+    qcharge(cost)
+    cost = 0
+  end
+  return reply({0, math.floor(tokens), 0, math.ceil((capacity - tokens) / per_ms), now})
+end
+
+-- The quota refuses first, and caps what a batch may take.
+local qok, qcap = true, math.huge
+if qkey then
+  qok = qleft + 1e-9 >= cost
+  qcap = math.floor(qleft * unit + 1e-6)
 end
 
 if debt_floor and cost >= 0 then
@@ -162,18 +262,27 @@ if debt_floor and cost >= 0 then
   if tokens < 1 / unit then
     wait = math.ceil((1 / unit - tokens) / per_ms)
   end
-  return {charge * unit, math.floor(tokens), wait, math.ceil((capacity - tokens) / per_ms), now}
+  if qkey then
+    -- The quota counts the charge too, past its limit if need be: the
+    -- period's next requests are refused until it ends.
+    qcharge(charge)
+    cost = 1 / unit
+  end
+  return reply({charge * unit, math.floor(tokens), wait, math.ceil((capacity - tokens) / per_ms), now})
 end
 
 -- Nothing is written on rejection: the stored state, refilled from its own
 -- ts, gives the same tokens at any later time.
 local granted = 0
-if tokens >= cost then
+if qok and tokens >= cost then
   -- Whole units only (tokens may be fractional); the epsilon keeps a
   -- float's rounding (2.9999999) from losing a unit.
-  granted = math.min(want * unit, math.floor(tokens * unit + 1e-6))
+  granted = math.min(want * unit, math.floor(tokens * unit + 1e-6), qcap)
   tokens = tokens - granted / unit
   store()
+  if qkey then
+    qcharge(granted / unit)
+  end
 else
   if legacy then
     extend(KEYS[2])
@@ -190,4 +299,4 @@ elseif tokens < cost then
   wait = math.ceil((cost - tokens) / per_ms)
 end
 
-return {granted, math.floor(tokens), wait, math.ceil((capacity - tokens) / per_ms), now}
+return reply({granted, math.floor(tokens), wait, math.ceil((capacity - tokens) / per_ms), now})

@@ -120,7 +120,55 @@ type RateLimitRuleSpec struct {
 	// debt. HTTP routes only.
 	// +optional
 	Cost *Cost `json:"cost,omitempty"`
+
+	// quota is a calendar quota next to the token bucket: at most limit
+	// tokens per Day, Week (Monday to Sunday) or Month of the time zone,
+	// counted exactly across gateways; a request needs both the bucket
+	// and the quota to admit it. A request refused by the quota gets 429
+	// with Retry-After up to the start of the next period.
+	// +optional
+	Quota *Quota `json:"quota,omitempty"`
 }
+
+// Quota is a number of tokens per calendar period in a time zone.
+type Quota struct {
+	// limit is the number of tokens (requests, at one token each) the
+	// tenant may spend on the route in one period. 1 to 1000000000000.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000000
+	// +required
+	Limit int64 `json:"limit"`
+
+	// period is the calendar period the quota covers: Day (from local
+	// midnight), Week (from Monday at local midnight) or Month (from the
+	// first day of the month at local midnight). The count starts again
+	// from zero at the start of each period.
+	// +kubebuilder:validation:Enum=Day;Week;Month
+	// +required
+	Period QuotaPeriod `json:"period"`
+
+	// timeZone is the IANA time zone (for example "Europe/Paris",
+	// "America/New_York") whose local midnight starts the periods, with
+	// its daylight saving time rules. Default UTC. A name the controller
+	// does not know is refused (status reason Invalid).
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2}$') && self != 'Local'",message="spec.quota.timeZone must be an IANA time zone name such as Europe/Paris or UTC"
+	// +kubebuilder:default=UTC
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
+}
+
+// QuotaPeriod is Day, Week or Month.
+type QuotaPeriod string
+
+const (
+	// QuotaDay resets at local midnight.
+	QuotaDay QuotaPeriod = "Day"
+	// QuotaWeek resets on Monday at local midnight.
+	QuotaWeek QuotaPeriod = "Week"
+	// QuotaMonth resets on the first day of the month at local midnight.
+	QuotaMonth QuotaPeriod = "Month"
+)
 
 // Concurrency is a cluster-wide cap on requests in flight. Slots are held
 // in Redis with a lease that the gateway holding them renews while the

@@ -167,6 +167,15 @@ var _ = Describe("RateLimitRule schema", func() {
 		Entry("region share below one request", both(set("spec.concurrency", map[string]any{"maxInFlight": int64(1)}), set("spec.regions", []any{
 			map[string]any{"name": "eu", "percent": int64(50)}, map[string]any{"name": "us", "percent": int64(50)}})),
 			"spec", "share of spec.concurrency.maxInFlight (maxInFlight x percent / 100) must be at least one request"),
+		Entry("quota period not a calendar period", set("spec.quota", map[string]any{"limit": int64(10), "period": "Year"}), "spec.quota.period", "Unsupported value"),
+		Entry("quota without a period", set("spec.quota", map[string]any{"limit": int64(10)}), "spec.quota.period", "Required value"),
+		Entry("quota of zero", set("spec.quota", map[string]any{"limit": int64(0), "period": "Day"}), "spec.quota.limit", "greater than or equal to 1"),
+		Entry("quota time zone with a path", set("spec.quota", map[string]any{"limit": int64(10), "period": "Day", "timeZone": "../../etc/passwd"}),
+			"spec.quota.timeZone", "must be an IANA time zone name"),
+		Entry("quota time zone as an offset", set("spec.quota", map[string]any{"limit": int64(10), "period": "Day", "timeZone": "+02:00"}),
+			"spec.quota.timeZone", "must be an IANA time zone name"),
+		Entry("quota time zone Local", set("spec.quota", map[string]any{"limit": int64(10), "period": "Week", "timeZone": "Local"}),
+			"spec.quota.timeZone", "must be an IANA time zone name"),
 		Entry("region share of zero", set("spec.regions", []any{
 			map[string]any{"name": "eu", "percent": int64(0)}, map[string]any{"name": "us", "percent": int64(100)}}),
 			"spec.regions[0].percent", "greater than or equal to 1"),
@@ -225,6 +234,10 @@ var _ = Describe("RateLimitRule schema", func() {
 		Entry("automatic prefetch", set("spec.hotKey", map[string]any{"prefetch": "Auto"})),
 		Entry("fixed prefetch and shards", set("spec.hotKey", map[string]any{"prefetch": "Fixed", "batch": int64(50), "shards": int64(8)})),
 		Entry("shards equal to capacity", both(set("spec.capacity", int64(4)), set("spec.hotKey", map[string]any{"shards": int64(4)}))),
+		Entry("monthly quota in Paris", set("spec.quota", map[string]any{"limit": int64(1_000_000), "period": "Month", "timeZone": "Europe/Paris"})),
+		Entry("daily quota, default zone", set("spec.quota", map[string]any{"limit": int64(1), "period": "Day"})),
+		Entry("weekly quota in a three-part zone", set("spec.quota", map[string]any{"limit": int64(1_000_000_000_000), "period": "Week", "timeZone": "America/Argentina/Buenos_Aires"})),
+		Entry("quota in Etc/GMT+5", set("spec.quota", map[string]any{"limit": int64(5), "period": "Day", "timeZone": "Etc/GMT+5"})),
 		Entry("70/30 region shares", set("spec.regions", []any{
 			map[string]any{"name": "eu-west", "percent": int64(70)}, map[string]any{"name": "us-east", "percent": int64(30)}})),
 		Entry("a concurrency limit", set("spec.concurrency", map[string]any{"maxInFlight": int64(5)})),

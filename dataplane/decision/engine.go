@@ -35,6 +35,12 @@ type Options struct {
 	// Pick returns the shard a request tries first, in [0, n). Default:
 	// uniformly at random. Tests make it deterministic.
 	Pick func(n int) int
+	// Clock is the calendar of quota periods (the script then picks the
+	// period by Redis's time). Default time.Now.
+	Clock func() time.Time
+	// QuotaShift moves the script's calendar (Redis's time) by the same
+	// amount a test moves Clock. Tests only: production leaves it 0.
+	QuotaShift time.Duration
 }
 
 // Decision is the answer for one request: the limiter's outcome and the
@@ -44,6 +50,9 @@ type Decision struct {
 	limiter.Outcome
 	// Limit is the capacity this gateway enforces for the rule, at least 1.
 	Limit int64
+	// QuotaLimit is the calendar quota this gateway enforces for the rule
+	// (its region's share); 0 without a quota.
+	QuotaLimit int64
 }
 
 // Engine decides. Safe for concurrent use.
@@ -58,6 +67,9 @@ func New(opts Options) *Engine {
 	}
 	if opts.Pick == nil {
 		opts.Pick = rand.IntN
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
 	}
 	return &Engine{opts: opts}
 }
@@ -92,20 +104,51 @@ func (e *Engine) DecideRule(ctx context.Context, tenant, route string, rule *sna
 	} else {
 		d, err = e.sharded(ctx, tenant, route, region, rule, b, shards, cost)
 	}
-	return Decision{Outcome: d, Limit: max(1, int64(b.Capacity))}, err
+	return Decision{Outcome: d, Limit: max(1, int64(b.Capacity)), QuotaLimit: b.Quota.Whole}, err
 }
 
 // bucket is the bucket this gateway uses for tenant on route: the whole rule,
 // or its region's share under a key of its own.
 func (e *Engine) bucket(tenant, route string, rule *snapshot.Rule) (limiter.Bucket, string) {
 	b := limiter.BucketFor(tenant, route, rule)
-	if _, ok := rule.Share(e.opts.Region); !ok {
-		return b, ""
+	region := ""
+	if _, ok := rule.Share(e.opts.Region); ok {
+		region = e.opts.Region
+		b.Key = limiter.RegionKey(tenant, route, region)
+		b.Capacity = rule.RegionCapacity(region)
+		b.RefillTokens, b.RefillPeriodMs = rule.RegionRefill(region)
 	}
-	b.Key = limiter.RegionKey(tenant, route, e.opts.Region)
-	b.Capacity = rule.RegionCapacity(e.opts.Region)
-	b.RefillTokens, b.RefillPeriodMs = rule.RegionRefill(e.opts.Region)
-	return b, e.opts.Region
+	b.Quota = e.quota(tenant, route, region, rule)
+	return b, region
+}
+
+// quota is the calendar quota of tenant on route (region's share): the
+// period that held the clock QuotaSkew ago and the next one, in the rule's
+// time zone. Rules are validated, so the zone loads.
+func (e *Engine) quota(tenant, route, region string, rule *snapshot.Rule) limiter.Quota {
+	if !rule.HasQuota() {
+		return limiter.Quota{}
+	}
+	loc, err := rule.QuotaLocation()
+	if err != nil {
+		loc = time.UTC
+	}
+	start, end := snapshot.PeriodAt(rule.QuotaPeriod, loc, e.opts.Clock().Add(-limiter.QuotaSkew))
+	_, next := snapshot.PeriodAt(rule.QuotaPeriod, loc, end)
+	limit := rule.RegionQuota(region)
+	return limiter.Quota{
+		Key: limiter.QuotaKey(tenant, route, region), Limit: limit, Whole: limit,
+		Start: start.UnixMilli(), Switch: end.UnixMilli(), End: next.UnixMilli(), ShiftMs: e.opts.QuotaShift.Milliseconds(),
+	}
+}
+
+// shardQuota is shard i's part of b's quota, under the shard's key.
+func shardQuota(q limiter.Quota, shardKey string, i, shards int) limiter.Quota {
+	if q.Key != "" {
+		q.Key = limiter.ShardQuotaKey(shardKey)
+		q.Limit = limiter.ShardQuota(q.Whole, i, shards)
+	}
+	return q
 }
 
 // sharded tries the shards of b, starting at a random one, until one has
@@ -123,15 +166,19 @@ func (e *Engine) sharded(ctx context.Context, tenant, route, region string, rule
 		// tokens): take them from several.
 		all := make([]limiter.Bucket, shards)
 		for k := range all {
+			i := (start + k) % shards
 			all[k] = sb
-			all[k].Key = limiter.ShardKey(tenant, route, region, (start+k)%shards)
+			all[k].Key = limiter.ShardKey(tenant, route, region, i)
+			all[k].Quota = shardQuota(b.Quota, all[k].Key, i, shards)
 		}
 		return sp.AllowSpread(ctx, all, cost)
 	}
 	var last limiter.Outcome
 	retry := int64(-1)
 	for k := range shards {
-		sb.Key = limiter.ShardKey(tenant, route, region, (start+k)%shards)
+		i := (start + k) % shards
+		sb.Key = limiter.ShardKey(tenant, route, region, i)
+		sb.Quota = shardQuota(b.Quota, sb.Key, i, shards)
 		d, err := e.opts.Limiter.Allow(ctx, sb, cost)
 		if err != nil {
 			return d, err
@@ -143,6 +190,7 @@ func (e *Engine) sharded(ctx context.Context, tenant, route, region string, rule
 			if d.Source == limiter.SourceRedis {
 				// Remaining is an estimate: this shard's, times the shards.
 				d.Remaining *= int64(shards)
+				d.Quota.Remaining *= int64(shards)
 			}
 			return d, nil
 		}

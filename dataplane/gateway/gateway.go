@@ -92,6 +92,7 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 	resolver := g.resolver()
 	g.engine = decision.New(decision.Options{
 		Rules: g.store, Limiter: g.chain, Region: opts.Region, Replicas: g.members.Replicas,
+		Clock: opts.Clock, QuotaShift: opts.quotaShift,
 	})
 	if g.routes != nil || g.httpRoutes != nil {
 		po := proxy.Options{

@@ -97,6 +97,9 @@ type Options struct {
 	// Clock is the gateway's clock for local decisions; tests skew it.
 	// Default time.Now. Not a flag.
 	Clock func() time.Time
+	// quotaShift moves Redis's time for quota periods as far as a test
+	// moved Clock (export_test.go); never set in production.
+	quotaShift time.Duration
 }
 
 // AddFlags registers the options as flags.

@@ -508,7 +508,7 @@ func (bt *Batcher) answer(c *call, now time.Time) {
 	for i, o := range c.ops {
 		r := TakeResult{}
 		if err == nil {
-			r = TakeResult{Remaining: res.Remaining, ResetMs: res.ResetMs}
+			r = TakeResult{Remaining: res.Remaining, ResetMs: res.ResetMs, Quota: res.Quota}
 			if int64(i) < res.Granted {
 				r.Granted = 1
 			} else {

@@ -72,6 +72,12 @@ type cacheEntry struct {
 	capacity     float64
 	refillTokens int64
 	refillMs     int64
+	quotaKey     string
+	quotaLimit   int64
+
+	// quota is what Redis last said of the bucket's quota, at quotaAt.
+	quota   QuotaResult
+	quotaAt time.Time
 
 	// Empty-bucket cache: no request of cost >= emptyCost passes before
 	// emptyUntil.
@@ -131,12 +137,13 @@ func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, 
 		e := sh.entry(b, now, c.opts.MaxEntries)
 		if now.Before(e.emptyUntil) && cost >= e.emptyCost {
 			wait := e.emptyUntil.Sub(now)
+			r := TakeResult{WaitMs: ceilMs(wait), ResetMs: ceilMs(resetAfter(b, 0)), Quota: e.quotaNow(now, 0), Cached: true}
 			sh.mu.Unlock()
-			return TakeResult{WaitMs: ceilMs(wait), ResetMs: ceilMs(resetAfter(b, 0)), Cached: true}, nil
+			return r, nil
 		}
 		if e.tokens >= cost && now.Before(e.expires) {
 			e.tokens -= cost
-			r := TakeResult{Granted: cost, Remaining: e.remaining + e.tokens, Cached: true}
+			r := TakeResult{Granted: cost, Remaining: e.remaining + e.tokens, Quota: e.quotaNow(now, e.tokens), Cached: true}
 			r.ResetMs = ceilMs(resetAfter(b, float64(r.Remaining)))
 			sh.mu.Unlock()
 			return r, nil
@@ -189,6 +196,9 @@ func (c *Cache) fetch(ctx context.Context, sh *cacheShard, b Bucket, cost, want 
 	if err != nil {
 		return TakeResult{}, err
 	}
+	if r.Quota.Set {
+		e.quota, e.quotaAt = r.Quota, now
+	}
 	if r.Granted < cost {
 		if !c.opts.NoEmptyCache && r.WaitMs > 0 {
 			e.emptyUntil, e.emptyCost = now.Add(time.Duration(r.WaitMs)*time.Millisecond), cost
@@ -210,6 +220,21 @@ func (c *Cache) keepLate(sh *cacheShard, b Bucket, r TakeResult) {
 	e := sh.entry(b, now, c.opts.MaxEntries)
 	e.keep(r.Granted, now, c.opts.TTL)
 	e.remaining = r.Remaining
+	if r.Quota.Set {
+		e.quota, e.quotaAt = r.Quota, now
+	}
+}
+
+// quotaNow is the quota as Redis last said it, aged to now, with held
+// tokens this gateway took from it but has not spent yet.
+func (e *cacheEntry) quotaNow(now time.Time, held int64) QuotaResult {
+	q := e.quota
+	if !q.Set {
+		return q
+	}
+	q.Remaining += held
+	q.ResetMs = max(0, q.ResetMs-now.Sub(e.quotaAt).Milliseconds())
+	return q
 }
 
 // keep adds prefetched tokens, usable for ttl.
@@ -233,13 +258,14 @@ func ceilMs(d time.Duration) int64 {
 // The caller holds sh.mu.
 func (sh *cacheShard) entry(b Bucket, now time.Time, maxEntries int) *cacheEntry {
 	e := sh.entries[b.Key]
-	if e != nil && e.capacity == b.Capacity && e.refillTokens == b.RefillTokens && e.refillMs == b.RefillPeriodMs {
+	if e != nil && e.capacity == b.Capacity && e.refillTokens == b.RefillTokens && e.refillMs == b.RefillPeriodMs &&
+		e.quotaKey == b.Quota.Key && e.quotaLimit == b.Quota.Limit {
 		return e
 	}
 	if limit := max(1, maxEntries/cacheShards); e == nil && len(sh.entries) >= limit {
 		sh.evict(now, limit)
 	}
-	fresh := &cacheEntry{capacity: b.Capacity, refillTokens: b.RefillTokens, refillMs: b.RefillPeriodMs}
+	fresh := &cacheEntry{capacity: b.Capacity, refillTokens: b.RefillTokens, refillMs: b.RefillPeriodMs, quotaKey: b.Quota.Key, quotaLimit: b.Quota.Limit}
 	if e != nil {
 		fresh.fetching = e.fetching // keep waiters of a fetch in flight
 	}

@@ -143,7 +143,12 @@ func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Outcome, error
 	if c.cache == nil {
 		return c.local.Decide(b, cost), nil
 	}
+	// What the local fallback admitted against the quota rides along.
+	b.Quota.Owed, b.Quota.OwedStart = c.local.TakeOwed(b)
 	r, err := c.cache.Take(ctx, b, cost, cost) // bounded by MaxWait
+	if err != nil || r.Cached {
+		c.local.ReturnOwed(b, b.Quota.Owed, b.Quota.OwedStart)
+	}
 	if err != nil {
 		down := errors.Is(err, ErrOpen) || redisGone(err)
 		if !down {
@@ -155,6 +160,7 @@ func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Outcome, error
 	}
 	if !r.Cached {
 		c.local.Observe(b, r.Remaining)
+		c.local.ObserveQuota(b, r.Quota)
 	}
 	return r.outcome(cost), nil
 }

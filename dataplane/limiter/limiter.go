@@ -46,6 +46,10 @@ type Bucket struct {
 	// tokens (>= 0).
 	MaxDebt float64
 
+	// Quota is the calendar quota that must admit the request too (Key
+	// "": none).
+	Quota Quota
+
 	// node is the Redis node that holds Key (its address in a Cluster, ""
 	// otherwise), set by the per-node breakers for the Batcher.
 	node string
@@ -143,6 +147,9 @@ type Outcome struct {
 	ResetAfter time.Duration
 	// Source says who decided.
 	Source Source
+	// Quota is the calendar quota's state after the request (Set only for
+	// a rule with a quota; not set when the failure mode decided).
+	Quota QuotaOutcome
 }
 
 // Limiter decides whether requests may pass. Chain and Local implement it.
@@ -197,6 +204,8 @@ type TakeResult struct {
 	WaitMs int64
 	// ResetMs is the time until the bucket is full.
 	ResetMs int64
+	// Quota is what the quota said (Set only for a bucket with a quota).
+	Quota QuotaResult
 	// Cached is true when the Cache answered from what it already knew,
 	// without asking Redis: such answers say nothing about Redis's health.
 	Cached bool
@@ -213,6 +222,9 @@ func (r TakeResult) outcome(cost int64) Outcome {
 	}
 	if !d.Allowed {
 		d.RetryAfter = time.Duration(r.WaitMs) * time.Millisecond
+	}
+	if q := r.Quota; q.Set {
+		d.Quota = QuotaOutcome{Set: true, Remaining: q.Remaining, ResetAfter: time.Duration(q.ResetMs) * time.Millisecond, Refused: !d.Allowed && q.Short}
 	}
 	return d
 }

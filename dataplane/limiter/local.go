@@ -49,6 +49,8 @@ const localShards = 64
 type localShard struct {
 	mu      sync.Mutex
 	buckets map[string]*localBucket
+	// quotas are the calendar quotas of the buckets, by the same key.
+	quotas map[string]*localQuota
 }
 
 type localBucket struct {
@@ -76,6 +78,7 @@ func NewLocal(opts LocalOptions) *Local {
 	l := &Local{opts: opts, seed: maphash.MakeSeed()}
 	for i := range l.shards {
 		l.shards[i].buckets = map[string]*localBucket{}
+		l.shards[i].quotas = map[string]*localQuota{}
 	}
 	return l
 }
@@ -193,9 +196,13 @@ func (l *Local) Decide(b Bucket, cost int64) Outcome {
 	bk := l.bucket(sh, key, capacity, perMs, now)
 
 	d := Outcome{Source: SourceLocal}
-	if bk.tokens >= float64(cost) {
+	q := l.quota(sh, key, &b, now)
+	if q != nil && !q.admits(cost) {
+		d.RetryAfter = q.retryAfter(&b, cost, now)
+	} else if bk.tokens >= float64(cost) {
 		bk.tokens -= float64(cost)
 		d.Allowed = true
+		q.spend(cost)
 	} else if float64(cost) > capacity {
 		d.RetryAfter = -1
 	} else {
@@ -203,6 +210,9 @@ func (l *Local) Decide(b Bucket, cost int64) Outcome {
 	}
 	d.Remaining = int64(math.Floor(bk.tokens))
 	d.ResetAfter = msDuration((capacity - bk.tokens) / perMs)
+	if q != nil {
+		d.Quota = q.outcome(now, !d.Allowed && !q.admits(cost))
+	}
 	return d
 }
 

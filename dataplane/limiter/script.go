@@ -58,12 +58,21 @@ func ScriptCall(b *Bucket, cost, want, deadlineMs int64, layout Layout) (keys []
 	if layout == LayoutCompat {
 		compat = "1"
 	}
+	keys = []string{hash, b.Key}
 	args = []any{b.Capacity, b.RefillTokens, b.RefillPeriodMs, cost, want, deadlineMs, max(1, b.Unit), field, compat}
+	debt := any("")
 	if b.Charge {
 		// ARGV[10]: charge cost unconditionally, down to -MaxDebt tokens.
-		args = append(args, max(0, b.MaxDebt))
+		debt = max(0, b.MaxDebt)
 	}
-	return []string{hash, b.Key}, args
+	if q := &b.Quota; q.Key != "" {
+		keys = append(keys, q.counter(q.Start), q.counter(q.Switch))
+		// ARGV[11] is reserved (request cost); "" is its default.
+		args = append(args, debt, "", q.Limit, q.Start, q.Switch, q.End, q.Owed, q.OwedStart, q.ShiftMs)
+	} else if b.Charge {
+		args = append(args, debt)
+	}
+	return keys, args
 }
 
 // Storage is where the bucket named key lives in Redis: a field of a hash.
@@ -130,20 +139,25 @@ func Peek(ctx context.Context, c redis.Cmdable, key string) (State, error) {
 // it took nothing, and its caller has given up already.
 var errExpired = errors.New("reached Redis after its deadline")
 
-// parseReply reads the script's reply {granted, remaining, wait, reset, now}.
+// parseReply reads the script's reply {granted, remaining, wait, reset, now}
+// and, for a call with a quota, {quota remaining, quota reset, quota short}.
 // Errors never quote the key: it holds a tenant id.
 func parseReply(cmd *redis.Cmd) (TakeResult, int64, error) {
 	vals, err := cmd.Int64Slice()
 	if err != nil {
 		return TakeResult{}, 0, fmt.Errorf("token bucket script: %w", err)
 	}
-	if len(vals) != 5 {
-		return TakeResult{}, 0, fmt.Errorf("token bucket script: %d values in reply, want 5", len(vals))
+	if len(vals) != 5 && len(vals) != 8 {
+		return TakeResult{}, 0, fmt.Errorf("token bucket script: %d values in reply, want 5 or 8", len(vals))
 	}
 	if vals[0] < 0 {
 		return TakeResult{}, vals[4], errExpired
 	}
-	return TakeResult{Granted: vals[0], Remaining: vals[1], WaitMs: vals[2], ResetMs: vals[3]}, vals[4], nil
+	r := TakeResult{Granted: vals[0], Remaining: vals[1], WaitMs: vals[2], ResetMs: vals[3]}
+	if len(vals) == 8 {
+		r.Quota = QuotaResult{Set: true, Remaining: vals[5], ResetMs: vals[6], Short: vals[7] == 1}
+	}
+	return r, vals[4], nil
 }
 
 func isNoScript(err error) bool {

@@ -50,6 +50,7 @@ func (c *Chain) AllowSpread(ctx context.Context, shards []Bucket, cost int64) (O
 	need := cost * spreadUnit
 	var took []part
 	var remaining int64
+	var sq spreadQuota
 	for i, b := range shards {
 		b.Unit = spreadUnit
 		r, err := c.breaker.Take(ctx, b, 1, need)
@@ -62,7 +63,9 @@ func (c *Chain) AllowSpread(ctx context.Context, shards []Bucket, cost int64) (O
 			return c.fallback(first, cost, down), nil
 		}
 		c.local.Observe(b, r.Remaining)
+		c.local.ObserveQuota(b, r.Quota)
 		remaining += r.Remaining
+		sq.add(r)
 		if r.Granted > 0 {
 			took = append(took, part{b, r.Granted})
 			need -= r.Granted
@@ -70,17 +73,58 @@ func (c *Chain) AllowSpread(ctx context.Context, shards []Bucket, cost int64) (O
 		if need <= 0 {
 			// Remaining is an estimate: the shards asked, scaled to all.
 			est := remaining * n / int64(i+1)
-			return Outcome{Allowed: true, Remaining: est, ResetAfter: msDuration((whole - float64(est)) / perMs), Source: SourceRedis}, nil
+			return Outcome{Allowed: true, Remaining: est, ResetAfter: msDuration((whole - float64(est)) / perMs), Source: SourceRedis,
+				Quota: sq.outcome(n, int64(i+1), false)}, nil
 		}
 	}
 	c.giveBack(took)
+	return spreadRejected(&sq, cost, need, whole, perMs), nil
+}
+
+// spreadRejected is the outcome of a spread request the shards could not
+// cover: need units were missing.
+func spreadRejected(sq *spreadQuota, cost, need int64, whole, perMs float64) Outcome {
 	missing := float64(need) / spreadUnit
-	return Outcome{
+	d := Outcome{
 		Remaining:  int64(float64(cost) - missing),
 		RetryAfter: time.Duration(math.Ceil(missing/perMs)) * time.Millisecond,
 		ResetAfter: msDuration((whole - float64(cost) + missing) / perMs),
 		Source:     SourceRedis,
-	}, nil
+	}
+	if sq.set {
+		// Every shard was asked: the quota refused if all of its parts
+		// together held less than cost before this request.
+		refused := sq.remaining+(cost*spreadUnit-need)/spreadUnit < cost
+		d.Quota = sq.outcome(1, 1, refused)
+		d.Quota.Remaining += (cost*spreadUnit - need) / spreadUnit // given back
+		if refused {
+			d.RetryAfter = d.Quota.ResetAfter
+		}
+	}
+	return d
+}
+
+// spreadQuota adds up the quota parts of the shards a spread request asked.
+type spreadQuota struct {
+	set       bool
+	remaining int64
+	resetMs   int64
+}
+
+func (s *spreadQuota) add(r TakeResult) {
+	if r.Quota.Set {
+		s.set = true
+		s.remaining += r.Quota.Remaining
+		s.resetMs = max(s.resetMs, r.Quota.ResetMs)
+	}
+}
+
+// outcome scales the parts of asked shards of n to the whole quota.
+func (s *spreadQuota) outcome(n, asked int64, refused bool) QuotaOutcome {
+	if !s.set {
+		return QuotaOutcome{}
+	}
+	return QuotaOutcome{Set: true, Remaining: s.remaining * n / asked, ResetAfter: time.Duration(s.resetMs) * time.Millisecond, Refused: refused}
 }
 
 // part is what a spread request took from one shard, in units.

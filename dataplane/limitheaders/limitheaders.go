@@ -6,6 +6,7 @@ package limitheaders
 import (
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/dataplane/decision"
@@ -28,12 +29,38 @@ const (
 )
 
 // RemainingOf is the remaining count a response reports for decision d: what
-// the deciding bucket has left, 0 for a rejected request.
+// the deciding bucket has left, or the calendar quota if it has less, 0 for
+// a rejected request.
 func RemainingOf(d decision.Decision) int64 {
 	if !d.Allowed {
 		return 0
 	}
+	if d.Quota.Set {
+		return min(d.Remaining, d.Quota.Remaining)
+	}
 	return d.Remaining
+}
+
+// LimitOf is the limit a response reports next to RemainingOf: the
+// bucket's capacity, or the quota's limit when the quota is what binds (it
+// has fewer tokens left, or it refused the request).
+func LimitOf(d decision.Decision) int64 {
+	if QuotaBinds(d) {
+		return d.QuotaLimit
+	}
+	return d.Limit
+}
+
+// QuotaBinds reports whether d's calendar quota constrains the request more
+// than its bucket does: it refused the request, or it has fewer tokens left.
+func QuotaBinds(d decision.Decision) bool {
+	if !d.Quota.Set || d.QuotaLimit == 0 {
+		return false
+	}
+	if !d.Allowed {
+		return d.Quota.Refused
+	}
+	return d.Quota.Remaining < d.Remaining
 }
 
 // RetryAfterSeconds is the Retry-After of a rejected decision: the seconds
@@ -47,23 +74,81 @@ func RetryAfterSeconds(d decision.Decision) (seconds int64, ok bool) {
 	return max(1, CeilSeconds(d.RetryAfter)), true
 }
 
-// Policy is one item of the IETF RateLimit-Policy header
-// (draft-ietf-httpapi-ratelimit-headers), describing the token bucket as a
-// quota q (the capacity enforced, d.Limit) that refills over a window w (the
-// seconds a full refill of the rule takes):
-//
-//	"create-order";q=200;w=2
-func Policy(name string, rule *snapshot.Rule, d decision.Decision) string {
-	window := int64(math.Ceil(float64(rule.Capacity) / rule.RatePerSecond()))
-	return `"` + name + `";q=` + strconv.FormatInt(d.Limit, 10) + ";w=" + strconv.FormatInt(window, 10)
+// Item is one policy of the IETF headers: its name, quota q over a window
+// of w seconds, and its state, r remaining and t seconds until reset. A
+// response carries one item per limit that applied (a token bucket, a
+// calendar quota, ...), in both headers, in the same order.
+type Item struct {
+	Name             string
+	Quota, Window    int64
+	Remaining, Reset int64
 }
 
-// State is one item of the IETF RateLimit header: r remaining (RemainingOf)
-// and t seconds until the bucket is full again:
+// Items are the IETF items of decision d under rule, for the limit named
+// name (the route): the token bucket's (Policy, State), then, for a rule
+// with a calendar quota, the quota's, named "<name>-daily", "-weekly" or
+// "-monthly", with w the period's nominal length (86400, 604800, 2592000
+// seconds: 30 days for a month) and t the seconds to the end of the
+// period. Each item's r is what that limit has left (0 for the one that
+// rejected the request).
+func Items(name string, rule *snapshot.Rule, d decision.Decision) []Item {
+	bucketLeft := d.Remaining
+	if !d.Allowed && !d.Quota.Refused {
+		bucketLeft = 0
+	}
+	items := []Item{{
+		Name: name, Quota: d.Limit, Window: bucketWindow(rule),
+		Remaining: max(0, bucketLeft), Reset: CeilSeconds(d.ResetAfter),
+	}}
+	if !d.Quota.Set || !rule.HasQuota() {
+		return items
+	}
+	quotaLeft := d.Quota.Remaining
+	if d.Quota.Refused {
+		quotaLeft = 0
+	}
+	return append(items, Item{
+		Name: name + "-" + rule.QuotaPeriod.Adjective(), Quota: d.QuotaLimit, Window: nominalSeconds[rule.QuotaPeriod],
+		Remaining: max(0, quotaLeft), Reset: CeilSeconds(d.Quota.ResetAfter),
+	})
+}
+
+// nominalSeconds is the w of a quota period.
+var nominalSeconds = map[snapshot.QuotaPeriod]int64{
+	snapshot.QuotaDay: 86400, snapshot.QuotaWeek: 7 * 86400, snapshot.QuotaMonth: 30 * 86400,
+}
+
+// FormatPolicy is the value of the RateLimit-Policy header for items:
 //
-//	"create-order";r=150;t=1
-func State(name string, d decision.Decision) string {
-	return `"` + name + `";r=` + strconv.FormatInt(RemainingOf(d), 10) + ";t=" + strconv.FormatInt(CeilSeconds(d.ResetAfter), 10)
+//	"create-order";q=200;w=2, "create-order-monthly";q=1000000;w=2592000
+func FormatPolicy(items []Item) string {
+	var b strings.Builder
+	for i, it := range items {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(`"` + it.Name + `";q=` + strconv.FormatInt(it.Quota, 10) + ";w=" + strconv.FormatInt(it.Window, 10))
+	}
+	return b.String()
+}
+
+// FormatState is the value of the RateLimit header for items:
+//
+//	"create-order";r=150;t=1, "create-order-monthly";r=999850;t=1728000
+func FormatState(items []Item) string {
+	var b strings.Builder
+	for i, it := range items {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(`"` + it.Name + `";r=` + strconv.FormatInt(it.Remaining, 10) + ";t=" + strconv.FormatInt(it.Reset, 10))
+	}
+	return b.String()
+}
+
+// bucketWindow is the seconds a full refill of rule's bucket takes.
+func bucketWindow(rule *snapshot.Rule) int64 {
+	return int64(math.Ceil(float64(rule.Capacity) / rule.RatePerSecond()))
 }
 
 // CeilSeconds is d in whole seconds, rounded up.

@@ -28,24 +28,27 @@ var ownHeaders = []string{headerLimit, headerRemaining, headerIETF, headerIETFPo
 // X-RateLimit-Limit is the capacity this gateway enforces (the rule's, or its
 // region's share), also during a Redis outage (when the local bucket holds a
 // part of it); X-RateLimit-Remaining is what the deciding bucket has left, 0
-// for a rejected request.
+// for a rejected request. For a rule with a calendar quota both describe the
+// limit that binds: the quota's limit and remaining when it has fewer tokens
+// left than the bucket (or refused the request).
 //
 // With ietf, it adds the IETF draft headers (draft-ietf-httpapi-ratelimit-
 // headers), describing the token bucket as a quota q that refills over a
 // window w (the seconds a full refill takes), with r remaining and t seconds
-// until the bucket is full again:
+// until the bucket is full again, and a second item for a calendar quota:
 //
-//	RateLimit-Policy: "create-order";q=200;w=2
-//	RateLimit: "create-order";r=150;t=1
+//	RateLimit-Policy: "create-order";q=200;w=2, "create-order-monthly";q=1000000;w=2592000
+//	RateLimit: "create-order";r=150;t=1, "create-order-monthly";r=999850;t=1728000
 //
 // The values are formatted by package limitheaders, shared with the Envoy
 // rate limit service.
 func setLimitHeaders(h http.Header, route string, rule *snapshot.Rule, d decision.Decision, ietf bool) {
-	h[headerLimit] = []string{strconv.FormatInt(d.Limit, 10)}
+	h[headerLimit] = []string{strconv.FormatInt(limitheaders.LimitOf(d), 10)}
 	h[headerRemaining] = []string{strconv.FormatInt(limitheaders.RemainingOf(d), 10)}
 	if ietf {
-		h[headerIETFPolicy] = []string{limitheaders.Policy(route, rule, d)}
-		h[headerIETF] = []string{limitheaders.State(route, d)}
+		items := limitheaders.Items(route, rule, d)
+		h[headerIETFPolicy] = []string{limitheaders.FormatPolicy(items)}
+		h[headerIETF] = []string{limitheaders.FormatState(items)}
 	}
 }
 

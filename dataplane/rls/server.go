@@ -16,7 +16,6 @@ import (
 	"context"
 	"math"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -193,12 +192,7 @@ func (s *Server) response(results []decided) *rlsv3.RateLimitResponse {
 			}
 		}
 		shadow = shadow || r.shadow
-		res.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{
-			Code:               code,
-			CurrentLimit:       s.currentLimit(r),
-			LimitRemaining:     clampUint32(limitheaders.RemainingOf(r.d)),
-			DurationUntilReset: durationpb.New(max(0, r.d.ResetAfter)),
-		}
+		res.Statuses[i] = s.descriptorStatus(r, code)
 		if tightest < 0 || tighter(r, &results[tightest]) {
 			tightest = i
 		}
@@ -211,7 +205,7 @@ func (s *Server) response(results []decided) *rlsv3.RateLimitResponse {
 	}
 	hs := make([]*corev3.HeaderValue, 0, 6)
 	add := func(k, v string) { hs = append(hs, &corev3.HeaderValue{Key: k, Value: v}) }
-	add(limitheaders.Limit, strconv.FormatInt(t.d.Limit, 10))
+	add(limitheaders.Limit, strconv.FormatInt(limitheaders.LimitOf(t.d), 10))
 	add(limitheaders.Remaining, strconv.FormatInt(remaining, 10))
 	if s.opts.IETFHeaders {
 		policy, state := ietfHeaders(results)
@@ -229,15 +223,49 @@ func (s *Server) response(results []decided) *rlsv3.RateLimitResponse {
 }
 
 // ietfHeaders are the values of the IETF RateLimit-Policy and RateLimit
-// headers: one item per descriptor.
+// headers: the items of every descriptor (its bucket, and its calendar
+// quota if the rule has one).
 func ietfHeaders(results []decided) (policy, state string) {
-	ps := make([]string, len(results))
-	ss := make([]string, len(results))
+	items := make([]limitheaders.Item, 0, len(results))
 	for i := range results {
-		ps[i] = limitheaders.Policy(results[i].t.Route, results[i].rule, results[i].d)
-		ss[i] = limitheaders.State(results[i].t.Route, results[i].d)
+		items = append(items, limitheaders.Items(results[i].t.Route, results[i].rule, results[i].d)...)
 	}
-	return strings.Join(ps, ", "), strings.Join(ss, ", ")
+	return limitheaders.FormatPolicy(items), limitheaders.FormatState(items)
+}
+
+// descriptorStatus is one descriptor's status. It describes the limit that
+// binds (limitheaders.QuotaBinds): the token bucket (its refill rate as
+// current_limit, its remaining tokens, the time until it is full), or, when
+// the calendar quota refused the request or has fewer tokens left, the
+// quota (its limit per DAY, WEEK or MONTH, what is left in the period, the
+// time until the period ends).
+func (s *Server) descriptorStatus(r *decided, code rlsv3.RateLimitResponse_Code) *rlsv3.RateLimitResponse_DescriptorStatus {
+	if limitheaders.QuotaBinds(r.d) {
+		left := r.d.Quota.Remaining
+		if r.d.Quota.Refused {
+			left = 0
+		}
+		return &rlsv3.RateLimitResponse_DescriptorStatus{
+			Code: code,
+			CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{
+				Name: r.t.Route + "-" + r.rule.QuotaPeriod.Adjective(), RequestsPerUnit: clampUint32(r.d.QuotaLimit), Unit: quotaUnits[r.rule.QuotaPeriod],
+			},
+			LimitRemaining:     clampUint32(left),
+			DurationUntilReset: durationpb.New(max(0, r.d.Quota.ResetAfter)),
+		}
+	}
+	return &rlsv3.RateLimitResponse_DescriptorStatus{
+		Code:               code,
+		CurrentLimit:       s.currentLimit(r),
+		LimitRemaining:     clampUint32(limitheaders.RemainingOf(r.d)),
+		DurationUntilReset: durationpb.New(max(0, r.d.ResetAfter)),
+	}
+}
+
+// quotaUnits are the units of Envoy's RateLimit for quota periods.
+var quotaUnits = map[snapshot.QuotaPeriod]rlsv3.RateLimitResponse_RateLimit_Unit{
+	snapshot.QuotaDay: rlsv3.RateLimitResponse_RateLimit_DAY, snapshot.QuotaWeek: rlsv3.RateLimitResponse_RateLimit_WEEK,
+	snapshot.QuotaMonth: rlsv3.RateLimitResponse_RateLimit_MONTH,
 }
 
 // tighter reports whether a constrains the request more than b: over the

@@ -60,6 +60,7 @@ func appendRule(b []byte, r *Rule) []byte {
 		b = append(b, `,"co":`...)
 		b = append(b, c...)
 	}
+	b = appendQuota(b, r)
 	if r.Source != "" {
 		b = append(b, `,"s":`...)
 		b = appendString(b, r.Source)
@@ -107,4 +108,15 @@ func appendIntField(b []byte, name string, v int64) []byte {
 	b = append(b, name...)
 	b = append(b, '"', ':')
 	return strconv.AppendInt(b, v, 10)
+}
+
+// appendQuota appends r's quota fields (ql, qp, qz), each when set.
+func appendQuota(b []byte, r *Rule) []byte {
+	b = appendIntField(b, "ql", r.QuotaLimit)
+	b = appendIntField(b, "qp", int64(r.QuotaPeriod))
+	if r.QuotaZone != "" {
+		b = append(b, `,"qz":`...)
+		b = appendString(b, r.QuotaZone)
+	}
+	return b
 }

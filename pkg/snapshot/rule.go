@@ -43,6 +43,11 @@ type Rule struct {
 	MaxInFlightLeaseMs int64 `json:"mil,omitempty"`
 	// Cost is the compiled spec.cost; nil: every request costs one token.
 	Cost *Cost `json:"co,omitempty"`
+	// QuotaLimit tokens may be spent per QuotaPeriod in the time zone
+	// QuotaZone (an IANA name); QuotaPeriod 0: no quota.
+	QuotaLimit  int64       `json:"ql,omitempty"`
+	QuotaPeriod QuotaPeriod `json:"qp,omitempty"`
+	QuotaZone   string      `json:"qz,omitempty"`
 	// Source names the RateLimitRule this was compiled from ("namespace/name");
 	// empty for built-in rules.
 	Source string `json:"s,omitempty"`
@@ -163,7 +168,10 @@ func (r *Rule) Validate() error {
 	if err := r.validateHotKey(); err != nil {
 		return err
 	}
-	return r.validateConcurrency()
+	if err := r.validateConcurrency(); err != nil {
+		return err
+	}
+	return r.validateQuota()
 }
 
 // Bounds and default of spec.concurrency; they match the CRD schema.
@@ -268,6 +276,15 @@ func ValidRegion(s string) bool {
 	return true
 }
 
+// RegionQuota is the quota region enforces: the rule's, or its share of it
+// (floored, at least 1) when the rule is split and lists region.
+func (r *Rule) RegionQuota(region string) int64 {
+	if pct, ok := r.Share(region); ok {
+		return max(1, r.QuotaLimit*int64(pct)/100)
+	}
+	return r.QuotaLimit
+}
+
 // RatePerSecond is the refill rate in tokens per second.
 func (r *Rule) RatePerSecond() float64 {
 	return float64(r.RefillTokens) * 1000 / float64(r.RefillPeriodMs)
@@ -339,6 +356,9 @@ func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 		}
 		r.MaxInFlight = c.MaxInFlight
 		r.MaxInFlightLeaseMs = int64(c.LeaseSeconds) * 1000
+	}
+	if err := r.compileQuota(spec.Quota, source); err != nil {
+		return Rule{}, err
 	}
 	if err := r.Validate(); err != nil {
 		return Rule{}, fmt.Errorf("%s: %w", source, err)

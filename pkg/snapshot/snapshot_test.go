@@ -300,7 +300,8 @@ func FuzzAppendRule(f *testing.F) {
 	f.Fuzz(func(t *testing.T, tenant, route string, c, n, p int64, shadow bool, fm uint8, src string) {
 		r := Rule{Tenant: tenant, Route: route, Capacity: c, RefillTokens: n, RefillPeriodMs: p, Shadow: shadow, FailureMode: FailureMode(fm), Source: src,
 			Prefetch: PrefetchMode(fm % 3), Batch: int32(c), ErrorBudgetPercent: int32(n), Shards: int32(p),
-			MaxInFlight: int32(n), MaxInFlightLeaseMs: c}
+			MaxInFlight: int32(n), MaxInFlightLeaseMs: c,
+			QuotaLimit: n, QuotaPeriod: QuotaPeriod(fm), QuotaZone: route}
 		if shadow {
 			r.Regions = []RegionShare{{Name: route, Percent: int32(c)}, {Name: src, Percent: 1}}
 			r.Cost = &Cost{Fixed: c, Header: tenant, Max: n, Response: &ResponseCost{JSONField: route, MaxDebt: p}}
