@@ -50,7 +50,7 @@ func (c *Chain) AllowSpread(ctx context.Context, shards []Bucket, cost int64) (O
 	need := cost * spreadUnit
 	var took []part
 	var remaining int64
-	var sq spreadQuota
+	sq := spreadQuota{whole: first.Quota.Whole}
 	for i, b := range shards {
 		b.Unit = spreadUnit
 		r, err := c.breaker.Take(ctx, b, 1, need)
@@ -97,7 +97,10 @@ func spreadRejected(sq *spreadQuota, cost, need int64, whole, perMs float64) Out
 		refused := sq.remaining+(cost*spreadUnit-need)/spreadUnit < cost
 		d.Quota = sq.outcome(1, 1, refused)
 		d.Quota.Remaining += (cost*spreadUnit - need) / spreadUnit // given back
-		if refused {
+		switch {
+		case refused && cost > sq.whole:
+			d.RetryAfter = -1 // never
+		case refused:
 			d.RetryAfter = d.Quota.ResetAfter
 		}
 	}
@@ -106,6 +109,7 @@ func spreadRejected(sq *spreadQuota, cost, need int64, whole, perMs float64) Out
 
 // spreadQuota adds up the quota parts of the shards a spread request asked.
 type spreadQuota struct {
+	whole     int64 // the whole bucket's quota
 	set       bool
 	remaining int64
 	resetMs   int64
