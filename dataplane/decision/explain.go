@@ -46,6 +46,7 @@ func (e *Engine) Plan(tenant, route string) Plan {
 	for k := range shards {
 		s := sb
 		s.Key = limiter.ShardKey(tenant, route, region, k)
+		s.Quota = shardQuota(b.Quota, s.Key, k, shards)
 		p.Shards = append(p.Shards, s)
 	}
 	return p

@@ -60,6 +60,8 @@ type Report struct {
 	LocalFallback LocalFallback `json:"localFallback"`
 	// Concurrency is the rule's concurrency limit; nil when it has none.
 	Concurrency *Concurrency `json:"concurrency,omitempty"`
+	// Quota is the rule's calendar quota; nil without one.
+	Quota *Quota `json:"quota,omitempty"`
 }
 
 // Rule is the rule in force.
@@ -157,6 +159,16 @@ type Source struct {
 	ReplicasCounted bool
 	// RouteKnown tells a route of the HTTP route table; nil without one.
 	RouteKnown func(route string) bool
+	// Clock is the gateway's calendar for quota periods; nil: time.Now.
+	Clock func() time.Time
+}
+
+// Now is src's clock now.
+func (src Source) Now() time.Time {
+	if src.Clock == nil {
+		return time.Now()
+	}
+	return src.Clock()
 }
 
 // ValidateQuery checks a tenant and a route id; the error names the field.
@@ -215,6 +227,7 @@ func Build(ctx context.Context, src Source, tenant, route string) Report {
 	r.Concurrency = concurrencyOf(ctx, src, plan, tenant, route)
 	l := src.Chain.LocalHeld(buckets[0])
 	r.LocalFallback = LocalFallback{Key: l.Key, Exists: l.Exists, Tokens: l.Tokens, Capacity: l.Capacity, RefillPerSecond: l.RefillPerSecond}
+	r.Quota = quotaOf(ctx, src.Redis, plan.Rule, buckets, src.Now())
 	return r
 }
 

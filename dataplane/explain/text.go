@@ -17,6 +17,7 @@ func (r Report) WriteText(w io.Writer) error {
 	t.rule(r)
 	t.buckets(r)
 	t.concurrency(r)
+	t.quota(r)
 	t.fallback(r)
 	_, err := io.WriteString(w, t.String())
 	return err
@@ -89,6 +90,24 @@ func (t *text) buckets(r Report) {
 		if bk.EmptyForMs > 0 {
 			t.p("    this gateway rejects requests of %d+ tokens without asking Redis for %v more (Redis reported the bucket empty)", bk.EmptyCost, ms(bk.EmptyForMs))
 		}
+	}
+	t.p("")
+}
+
+// quota prints the calendar quota, if the rule has one.
+func (t *text) quota(r Report) {
+	q := r.Quota
+	if q == nil {
+		return
+	}
+	t.p("quota:          %d per %s (%s), this period %s to %s", q.Limit, q.Period, q.TimeZone, q.Start, q.End)
+	switch {
+	case q.Error != "":
+		t.p("  Redis: not readable: %s", q.Error)
+	case r.Limiter != "redis":
+		t.p("  no Redis (--limiter=local): each replica counts 1/N on its own")
+	default:
+		t.p("  Redis: %d used, %d left (%s)", q.Used, q.Remaining, strings.Join(q.Keys, ", "))
 	}
 	t.p("")
 }

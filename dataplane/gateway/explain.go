@@ -45,7 +45,7 @@ func (g *Gateway) explainHandler(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	src := explain.Source{
 		Engine: g.engine, Chain: g.chain, Replicas: g.members.Replicas(),
-		ReplicasCounted: gaugeValue(g.metrics.ReplicasCounted.Write) == 1,
+		ReplicasCounted: gaugeValue(g.metrics.ReplicasCounted.Write) == 1, Clock: g.opts.Clock,
 	}
 	if g.redis != nil {
 		src.Redis = g.redis

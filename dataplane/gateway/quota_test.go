@@ -103,6 +103,13 @@ func TestQuotaRejectionHeaders(t *testing.T) {
 		t.Fatalf("RateLimit %q, want the bucket's 7 left and the quota spent until Retry-After", state)
 	}
 
+	// explain shows the quota, its period and its count in Redis.
+	q := explainOf(t, gw, "daily", "create-order").Quota
+	if q == nil || q.Limit != 3 || q.Used != 3 || q.Remaining != 0 || q.Period != "Day" || q.TimeZone != "UTC" ||
+		q.End != midnight.Format(time.RFC3339) || len(q.Keys) != 1 {
+		t.Fatalf("explain: quota %+v, want 3 used of 3 until %v", q, midnight)
+	}
+
 	c := rlsClient(t, gw)
 	rr := call(t, c, "envoy", 0, tr("daily", "create-order"))
 	st := rr.Statuses[0]

@@ -135,16 +135,7 @@ func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, 
 		now := c.opts.Clock()
 		sh.mu.Lock()
 		e := sh.entry(b, now, c.opts.MaxEntries)
-		if now.Before(e.emptyUntil) && cost >= e.emptyCost {
-			wait := e.emptyUntil.Sub(now)
-			r := TakeResult{WaitMs: ceilMs(wait), ResetMs: ceilMs(resetAfter(b, 0)), Quota: e.quotaNow(now, 0), Cached: true}
-			sh.mu.Unlock()
-			return r, nil
-		}
-		if e.tokens >= cost && now.Before(e.expires) {
-			e.tokens -= cost
-			r := TakeResult{Granted: cost, Remaining: e.remaining + e.tokens, Quota: e.quotaNow(now, e.tokens), Cached: true}
-			r.ResetMs = ceilMs(resetAfter(b, float64(r.Remaining)))
+		if r, ok := e.answer(&b, cost, now); ok {
 			sh.mu.Unlock()
 			return r, nil
 		}
@@ -172,6 +163,23 @@ func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, 
 		bound()
 		return c.fetch(ctx, sh, b, cost, want, done)
 	}
+}
+
+// answer is the Cache's own answer for a Take of cost, if it has one: a
+// known-empty bucket, or prefetched tokens. The caller holds the shard's
+// lock.
+func (e *cacheEntry) answer(b *Bucket, cost int64, now time.Time) (TakeResult, bool) {
+	if now.Before(e.emptyUntil) && cost >= e.emptyCost {
+		wait := e.emptyUntil.Sub(now)
+		return TakeResult{WaitMs: ceilMs(wait), ResetMs: ceilMs(resetAfter(*b, 0)), Quota: e.quotaNow(now, 0), Cached: true}, true
+	}
+	if e.tokens >= cost && now.Before(e.expires) {
+		e.tokens -= cost
+		r := TakeResult{Granted: cost, Remaining: e.remaining + e.tokens, Quota: e.quotaNow(now, e.tokens), Cached: true}
+		r.ResetMs = ceilMs(resetAfter(*b, float64(r.Remaining)))
+		return r, true
+	}
+	return TakeResult{}, false
 }
 
 // fetch asks the Taker and records what it learnt.

@@ -44,6 +44,13 @@ func (q *Quota) counter(startMs int64) string {
 	return q.Key + ":" + strconv.FormatInt(startMs, 10)
 }
 
+// Counter is the key that counts the period holding nowMs (ms, the
+// gateway's calendar), and that period's bounds.
+func (q *Quota) Counter(nowMs int64) (key string, start, end int64) {
+	start, end = q.periodAt(nowMs)
+	return q.counter(start), start, end
+}
+
 // periodAt is the period of the two that holds nowMs (in the gateway's
 // calendar): its start and end.
 func (q *Quota) periodAt(nowMs int64) (start, end int64) {
