@@ -136,3 +136,62 @@ func parseTime(t *testing.T, s string) time.Time {
 	}
 	return v
 }
+
+// TestQuotaOutageReconciled: three gateways, a monthly quota of 60. 30 pass
+// through Redis, then one more through each gateway, so that each last heard
+// 29, 28 and 27 left. Redis freezes: each gateway admits a third of what it
+// last heard (9 + 9 + 9) and then refuses with Retry-After to the month's
+// end. Redis resumes: each gateway's next call adds its 9 to the count, so
+// that the count in Redis holds every admission, local ones included.
+func TestQuotaOutageReconciled(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := quotaRule("q", "monthly", 60, "Month", "UTC") + rule("trip", "trip", "create-order", 1000, "refillPerSecond: 1000")
+	gws := exactCluster(t, srv, rules, func(o *gateway.Options) {
+		o.RedisTimeout = 50 * time.Millisecond
+		o.BreakerOpenFor = 200 * time.Millisecond
+	})
+	admitted := 0
+	sendTo := func(gw *running) int {
+		res, _ := send(t, "POST", gw.url+"/orders", "monthly")
+		if res.StatusCode == 200 {
+			admitted++
+		}
+		return res.StatusCode
+	}
+	for i := range 33 {
+		if code := sendTo(gws[i%3]); code != 200 {
+			t.Fatalf("request %d through Redis: %d", i, code)
+		}
+	}
+	srv.Pause()
+	for _, gw := range gws {
+		waitFor(t, 20*time.Second, "breaker open", func() bool {
+			send(t, "POST", gw.url+"/orders", "trip")
+			return gw.BreakerState() == "open"
+		})
+	}
+	local := burst(t, gws, "monthly", 300)
+	admitted += local
+	if local != 27 {
+		t.Errorf("Redis frozen: admitted %d, want 27 (a third of 29, 28 and 27, floored)", local)
+	}
+	res, _ := send(t, "POST", gws[0].url+"/orders", "monthly")
+	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") == "" || res.Header.Get("Retry-After") == "1" {
+		t.Errorf("local share spent: %d Retry-After %q, want 429 until the month ends", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	time.Sleep(300 * time.Millisecond) // past the failed calls' deadlines
+	srv.Resume()
+	waitBreakers(t, "closed", gws...)
+	for _, gw := range gws {
+		sendTo(gw)
+	}
+	start := parseTime(t, time.Now().UTC().Format("2006-01")+"-01T00:00:00Z")
+	key := limiter.QuotaKey("monthly", "create-order", "") + ":" + strconv.FormatInt(start.UnixMilli(), 10)
+	n, err := srv.Client(t).Get(context.Background(), key).Int64()
+	if err != nil || n != int64(admitted) {
+		t.Fatalf("count in Redis %d (%v), want every admission, %d (local ones added on reconnection)", n, err, admitted)
+	}
+	if admitted > 62 {
+		t.Errorf("admitted %d in all, want at most 62 (60, plus what the last answers overlapped: 29 seen, 27 left)", admitted)
+	}
+}
