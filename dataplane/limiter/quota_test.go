@@ -290,3 +290,28 @@ func TestQuotaInCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotaCountsResponseCharges: a response's cost charged after the fact
+// (a Charge, into debt) counts against the quota too, past its limit if it
+// must: the period's next requests are refused until it ends.
+func TestQuotaCountsResponseCharges(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	b := Bucket{Key: Key("charged", "r"), Capacity: 100, RefillTokens: 1, RefillPeriodMs: 3600_000}
+	b.Quota = quotaAt(t, QuotaKey("charged", "r", ""), 50, snapshot.QuotaDay, "Europe/Paris", time.Now(), 0)
+	if r, _ := run(t, c, &b, 1, 1); r.Granted != 1 || r.Quota.Remaining != 49 {
+		t.Fatalf("request: %+v", r)
+	}
+	ch := b
+	ch.Charge, ch.MaxDebt = true, 100
+	if r, _ := run(t, c, &ch, 60, 60); r.Granted != 60 || r.Quota.Remaining != 0 || !r.Quota.Short {
+		t.Fatalf("a charge of 60 with 49 left in the quota: %+v, want charged in full, the quota spent", r)
+	}
+	if r, _ := run(t, c, &b, 1, 1); r.Granted != 0 || !r.Quota.Short || r.WaitMs != r.Quota.ResetMs {
+		t.Fatalf("next request: %+v, want refused by the quota until the day ends", r)
+	}
+	start, _ := b.Quota.periodAt(time.Now().UnixMilli())
+	if n := counter(t, c, b.Quota.Key, time.UnixMilli(start)); n != 61 {
+		t.Fatalf("count %d, want 61 (1 + the charge of 60)", n)
+	}
+}
