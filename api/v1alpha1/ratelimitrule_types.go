@@ -132,8 +132,9 @@ type RateLimitRuleSpec struct {
 
 // Quota is a number of tokens per calendar period in a time zone.
 type Quota struct {
-	// limit is the number of tokens (requests, at one token each) the
-	// tenant may spend on the route in one period. 1 to 1000000000000.
+	// limit is the number of tokens the tenant may spend on the route in
+	// one period: one per request, or what spec.cost makes a request and
+	// its response cost. 1 to 1000000000000.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000000000000
 	// +required
