@@ -30,7 +30,8 @@ import (
 // whole handler with a real Redis: a plain token bucket rule, the same
 // rule with a concurrency limit (a slot acquired before and released after
 // each request), and with a response cost read from the JSON body (the
-// body scanned, then a charge after the response). It reports Redis script calls per request, each one round
+// body scanned, then a charge after the response), and with a monthly
+// calendar quota (counted in the same script call). It reports Redis script calls per request, each one round
 // trip here (from Redis's INFO commandstats; lease renewals, one call per
 // key every lease/3 for all of a gateway's requests on it, are not running
 // here).
@@ -42,7 +43,8 @@ func BenchmarkForwardRedis(b *testing.B) {
 		name        string
 		maxInFlight int32
 		cost        *snapshot.Cost
-	}{{"bucket", 0, nil}, {"bucket+concurrency", 1000, nil}, {"bucket+response-cost", 0, responseCost}} {
+		quota       bool
+	}{{"bucket", 0, nil, false}, {"bucket+concurrency", 1000, nil, false}, {"bucket+response-cost", 0, responseCost, false}, {"bucket+quota", 0, nil, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			srv := redistest.Start(b)
 			client := srv.Client(b)
@@ -51,7 +53,7 @@ func BenchmarkForwardRedis(b *testing.B) {
 				_, _ = io.WriteString(w, `{"id":"x","usage":{"total_tokens":1}}`)
 			}))
 			defer up.Close()
-			h := redisHandler(b, client, up.URL, c.maxInFlight, c.cost)
+			h := redisHandler(b, client, up.URL, c.maxInFlight, c.cost, c.quota)
 			req := httptest.NewRequest("POST", "/orders", nil)
 			req.Header.Set("X-Api-Key", "shop")
 			before := scriptCalls(b, client)
@@ -68,12 +70,16 @@ func BenchmarkForwardRedis(b *testing.B) {
 	}
 }
 
-func redisHandler(b *testing.B, client *redis.Client, upstream string, maxInFlight int32, cost *snapshot.Cost) *proxy.Handler {
+func redisHandler(b *testing.B, client *redis.Client, upstream string, maxInFlight int32, cost *snapshot.Cost, quota bool) *proxy.Handler {
 	table, err := routes.Parse([]byte("routes:\n  - id: create-order\n    methods: [POST]\n    path: /orders\n    upstream: " + upstream + "\n"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	store := rules.NewStore(snapshot.Rule{Tenant: "*", Route: "*", Capacity: 1 << 30, RefillTokens: 1 << 30, RefillPeriodMs: 1000, MaxInFlight: maxInFlight, Cost: cost})
+	rule := snapshot.Rule{Tenant: "*", Route: "*", Capacity: 1 << 30, RefillTokens: 1 << 30, RefillPeriodMs: 1000, MaxInFlight: maxInFlight, Cost: cost}
+	if quota {
+		rule.QuotaLimit, rule.QuotaPeriod, rule.QuotaZone = snapshot.MaxQuota, snapshot.QuotaMonth, "Europe/Paris"
+	}
+	store := rules.NewStore(rule)
 	chain := limiter.NewChain(limiter.ChainOptions{Client: client, Timeout: time.Second, MaxWait: time.Second})
 	b.Cleanup(func() { _ = chain.Close() })
 	h := proxy.New(proxy.Options{
