@@ -26,8 +26,10 @@ type localQuota struct {
 	// quota and period; a change starts the entry over.
 	whole      int64
 	start, end int64
-	// left is what this gateway may still admit on its own in the period.
+	// left is what this gateway may still admit on its own in the period,
+	// as a share of n replicas.
 	left float64
+	n    float64
 	// owed tokens were admitted here and are not counted in Redis yet.
 	owed int64
 }
@@ -39,14 +41,18 @@ func (l *Local) quota(sh *localShard, key string, b *Bucket, now time.Time) *loc
 		return nil
 	}
 	start, end := b.Quota.periodAt(now.UnixMilli())
+	n := float64(max(1, l.opts.Replicas()))
 	q := sh.quotas[key]
 	if q == nil || q.start != start || q.whole != b.Quota.Whole {
 		if q == nil {
 			l.makeQuotaRoom(sh)
 		}
-		n := float64(max(1, l.opts.Replicas()))
-		q = &localQuota{whole: b.Quota.Whole, start: start, end: end, left: float64(b.Quota.Whole) / n}
+		q = &localQuota{whole: b.Quota.Whole, start: start, end: end, left: float64(b.Quota.Whole) / n, n: n}
 		sh.quotas[key] = q
+	}
+	if q.n != n {
+		// The replica count changed: the same part of the whole.
+		q.left, q.n = q.left*q.n/n, n
 	}
 	return q
 }
@@ -107,7 +113,7 @@ func (l *Local) ObserveQuota(b Bucket, r QuotaResult) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if q := l.quota(sh, key, &b, now); q != nil {
-		q.left = min(float64(b.Quota.Whole), whole) / n
+		q.left, q.n = min(float64(b.Quota.Whole), whole)/n, n
 	}
 }
 

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -313,5 +314,42 @@ func TestQuotaCountsResponseCharges(t *testing.T) {
 	start, _ := b.Quota.periodAt(time.Now().UnixMilli())
 	if n := counter(t, c, b.Quota.Key, time.UnixMilli(start)); n != 61 {
 		t.Fatalf("count %d, want 61 (1 + the charge of 60)", n)
+	}
+}
+
+// TestLocalQuotaShare: without Redis's answers a local quota is 1/N of the
+// whole; after an answer 1/N of what Redis said was left; when N changes,
+// the share follows (the same part of the whole); the next period starts
+// again at 1/N of the whole. The local bucket never binds here.
+func TestLocalQuotaShare(t *testing.T) {
+	var n atomic.Int64
+	n.Store(2)
+	now := time.Date(2027, 3, 31, 23, 0, 0, 0, time.UTC)
+	l := NewLocal(LocalOptions{Replicas: func() int { return int(n.Load()) }, Clock: func() time.Time { return now }})
+	b := Bucket{Key: Key("share", "r"), Capacity: 1e6, RefillTokens: 1e6, RefillPeriodMs: 1000}
+	b.Quota = quotaAt(t, QuotaKey("share", "r", ""), 100, snapshot.QuotaMonth, "UTC", now, 0)
+	admit := func(max int) int {
+		got := 0
+		for range max {
+			if l.Decide(b, 1).Allowed {
+				got++
+			}
+		}
+		return got
+	}
+	if got := admit(100); got != 50 {
+		t.Fatalf("never observed, N=2: admitted %d, want 50", got)
+	}
+	l.ObserveQuota(b, QuotaResult{Set: true, Remaining: 40})
+	n.Store(4)
+	if got := admit(100); got != 10 {
+		t.Fatalf("40 left, N now 4: admitted %d, want 10", got)
+	}
+	if owed, start := l.TakeOwed(b); owed != 60 || start != b.Quota.Start {
+		t.Fatalf("owed %d for %d, want 60 for the month's start %d", owed, start, b.Quota.Start)
+	}
+	now = now.Add(2 * time.Hour) // April
+	if got := admit(100); got != 25 {
+		t.Fatalf("the next month, N=4: admitted %d, want 25", got)
 	}
 }
