@@ -70,12 +70,22 @@ func TestQuickRunProducesReport(t *testing.T) {
 		t.Error("scale: missing figures")
 	case res.RLS == nil || len(res.RLS.Modes) != 2 || res.RLS.Modes[0].Calls == 0:
 		t.Error("rls: want calls in two limiter modes")
+	case res.Limits == nil || len(res.Limits.Kinds) != len(limitKinds):
+		t.Error("limits: want every rule kind")
+	}
+	if l := res.Limits; l != nil {
+		for _, k := range l.Kinds {
+			// Requests were sent, and decided in Redis.
+			if k.Sent == 0 || k.ScriptsPerReq <= 0 {
+				t.Errorf("limits %s: %+v", k.Kind, k)
+			}
+		}
 	}
 	if len(res.Targets) == 0 {
 		t.Error("no target checks")
 	}
 	report := readFile(filepath.Join(out, "report.md"))
-	for _, want := range []string{"## Targets", "## 1. Added latency", "## 7. Memory and scale", ".png)"} {
+	for _, want := range []string{"## Targets", "## 1. Added latency", "## 7. Memory and scale", "## 9. Limits beyond the token bucket", ".png)"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report.md lacks %q", want)
 		}

@@ -28,6 +28,8 @@ type gatewaySpec struct {
 	readyWithin time.Duration
 	// pin runs the gateway alone on the measured CPU (h.pin).
 	pin bool
+	// upstream is the base URL /bench goes to; default the echo upstream.
+	upstream string
 }
 
 // gatewayProc is a running gateway.
@@ -53,7 +55,11 @@ func (h *harness) startGateway(ctx context.Context, s gatewaySpec) (*gatewayProc
 		return nil, err
 	}
 	routes := filepath.Join(dir, "routes.yaml")
-	if err := os.WriteFile(routes, []byte(fmt.Sprintf(routesYAML, h.upstream)), 0o644); err != nil {
+	upstream := s.upstream
+	if upstream == "" {
+		upstream = h.upstream
+	}
+	if err := os.WriteFile(routes, []byte(fmt.Sprintf(routesYAML, upstream)), 0o644); err != nil {
 		return nil, err
 	}
 	port, err := freePort()

@@ -85,6 +85,8 @@ type loadSpec struct {
 	rate int
 	dur  time.Duration // 0: until the returned stop function is called
 	mix  tenantMix
+	// header is added to every request (besides X-Api-Key).
+	header http.Header
 }
 
 // sample is one request's outcome.
@@ -147,6 +149,9 @@ func (h *harness) attack(ctx context.Context, spec loadSpec) (stop func(), wait 
 		t.Method = http.MethodGet
 		t.URL = spec.url
 		t.Header = http.Header{"X-Api-Key": []string{spec.mix.next()}}
+		for k, v := range spec.header {
+			t.Header[k] = v
+		}
 		return nil
 	}
 	res := &loadResult{Name: spec.name, Rate: spec.rate, Codes: map[string]int{}, startedAt: time.Now()}

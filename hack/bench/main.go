@@ -38,6 +38,7 @@ var scenarios = []struct {
 	{"propagation", (*harness).scenarioPropagation},
 	{"scale", (*harness).scenarioScale},
 	{"rls", (*harness).scenarioRLS},
+	{"limits", (*harness).scenarioLimits},
 }
 
 // scenarioNames are the names of scenarios, in order.

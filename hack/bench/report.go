@@ -147,6 +147,7 @@ func (h *harness) markdown() string {
 	h.mdPropagation(&m)
 	h.mdScale(&m)
 	h.mdRLS(&m)
+	h.mdLimits(&m)
 	return m.String()
 }
 
@@ -392,4 +393,27 @@ func (h *harness) mdRLSProfiles(m *md, runs []RLSRun) {
 		m.p("```")
 		m.para("</details>")
 	}
+}
+
+func (h *harness) mdLimits(m *md) {
+	r := h.res.Limits
+	if r == nil {
+		return
+	}
+	m.section("9. Limits beyond the token bucket (baseline: the plain token bucket)", "One gateway and one Redis per rule kind, %d req/s for %s after %s of warm-up, tenants from the mix; the rule (tenant *, route bench) has a bucket too large to reject, so every request is forwarded and each row is the cost of its limit. Script calls are counted by Redis (`INFO commandstats`): each is one call from the gateway, so they are the round trips a request costs (fewer when the gateway pipelines calls of several requests together); the commands run count what the scripts do inside Redis (`INFO stats`, `total_commands_processed`).",
+		r.Rate, h.plan.CostDur, h.plan.Warmup)
+	var rows [][]string
+	for _, x := range append([]LimitRun{*r.Direct}, r.Kinds...) {
+		added, vs := "", ""
+		if x.Kind != "direct" {
+			added = fmt.Sprintf("%+.3f", x.P99-r.Direct.P99)
+			vs = xr(x.VsPlain)
+			if x.Kind == "plain" {
+				vs = "baseline"
+			}
+		}
+		rows = append(rows, []string{x.Kind, x.About, f3(x.P50), f3(x.P99), added, fmt.Sprint(x.Bad), f1(x.CPUPerRequest), vs,
+			fmt.Sprintf("%.2f", x.ScriptsPerReq), fmt.Sprintf("%.2f", x.RedisCmdPerReq)})
+	}
+	m.table([]string{"rule", "what it adds", "p50 ms", "p99 ms", "added p99 ms (vs direct)", "bad", "gateway CPU µs/request", "CPU vs plain", "script calls/request (round trips)", "Redis commands run/request"}, rows)
 }

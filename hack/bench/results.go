@@ -20,6 +20,7 @@ type Results struct {
 	Propagation *PropagationResult `json:"propagation,omitempty"`
 	Scale       *ScaleResult       `json:"scale,omitempty"`
 	RLS         *RLSResult         `json:"rls,omitempty"`
+	Limits      *LimitsResult      `json:"limits,omitempty"`
 	Targets     []TargetCheck      `json:"targets"`
 	Errors      map[string]string  `json:"errors,omitempty"`
 }

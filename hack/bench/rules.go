@@ -13,6 +13,8 @@ type ruleSpec struct {
 	capacity  int64
 	perSecond int64
 	prefetch  bool // hotKey: {prefetch: Auto}
+	// extra is more of the spec, as YAML indented by two spaces.
+	extra string
 }
 
 func (r ruleSpec) yaml() string {
@@ -22,6 +24,7 @@ func (r ruleSpec) yaml() string {
 	if r.prefetch {
 		b.WriteString("  hotKey:\n    prefetch: Auto\n")
 	}
+	b.WriteString(r.extra)
 	return b.String()
 }
 
