@@ -47,6 +47,11 @@ type plan struct {
 	// 8. Envoy rate limit service: closed-loop callers, measured time.
 	RLSStreams int           `json:"rlsStreams"`
 	RLSDur     time.Duration `json:"rlsDurationNs"`
+
+	// 9. Limits: a steady rate the machine sustains with every limit, so
+	// that the rows compare costs, not queues.
+	LimitsRate int           `json:"limitsRate"`
+	LimitsDur  time.Duration `json:"limitsDurationNs"`
 }
 
 func newPlan(quick bool) plan {
@@ -83,6 +88,9 @@ func newPlan(quick bool) plan {
 
 		RLSStreams: 50,
 		RLSDur:     20 * time.Second,
+
+		LimitsRate: 1000,
+		LimitsDur:  8 * time.Second,
 	}
 	if quick {
 		// Quick mode checks the harness, not the machine: low rates, so
@@ -106,6 +114,8 @@ func newPlan(quick bool) plan {
 		p.PublishBench = "Publish/rules=20000/cold"
 		p.RLSStreams = 4
 		p.RLSDur = time.Second
+		p.LimitsRate = 250
+		p.LimitsDur = time.Second
 	}
 	return p
 }

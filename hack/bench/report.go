@@ -401,7 +401,7 @@ func (h *harness) mdLimits(m *md) {
 		return
 	}
 	m.section("9. Limits beyond the token bucket (baseline: the plain token bucket)", "One gateway and one Redis per rule kind, %d req/s for %s after %s of warm-up, tenants from the mix; the rule (tenant *, route bench) has a bucket too large to reject, so every request is forwarded and each row is the cost of its limit. Script calls are counted by Redis (`INFO commandstats`): each is one call from the gateway, so they are the round trips a request costs (fewer when the gateway pipelines calls of several requests together); the commands run count what the scripts do inside Redis (`INFO stats`, `total_commands_processed`).",
-		r.Rate, h.plan.CostDur, h.plan.Warmup)
+		r.Rate, h.plan.LimitsDur, h.plan.Warmup)
 	var rows [][]string
 	for _, x := range append([]LimitRun{*r.Direct}, r.Kinds...) {
 		added, vs := "", ""

@@ -53,11 +53,11 @@ func (h *harness) scenarioLimits(ctx context.Context) error {
 		return err
 	}
 	defer up.Close()
-	rate := h.plan.CostRate
+	rate := h.plan.LimitsRate
 	res := &LimitsResult{Rate: rate}
 	h.res.Limits = res
 	mix := newZipfMix(h.cfg.seed, h.plan.Tenants, h.plan.ZipfS, h.plan.HotShare)
-	direct, err := h.load(ctx, loadSpec{name: "direct", url: up.url + "/bench", rate: rate, dur: h.plan.CostDur, mix: mix})
+	direct, err := h.load(ctx, loadSpec{name: "direct", url: up.url + "/bench", rate: rate, dur: h.plan.LimitsDur, mix: mix})
 	if err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func (h *harness) limitRun(ctx context.Context, upstream, kind, extra string, mi
 		return nil, err
 	}
 	defer gw.stop()
-	spec := loadSpec{name: kind, url: gw.url + "/bench", rate: h.plan.CostRate, dur: h.plan.Warmup, mix: mix, header: http.Header{"X-Cost": {"3"}}}
+	spec := loadSpec{name: kind, url: gw.url + "/bench", rate: h.plan.LimitsRate, dur: h.plan.Warmup, mix: mix, header: http.Header{"X-Cost": {"3"}}}
 	if _, err := h.load(ctx, spec); err != nil { // connections, pools, scripts
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func (h *harness) limitRun(ctx context.Context, upstream, kind, extra string, mi
 	if err := rc.ConfigResetStat(ctx).Err(); err != nil {
 		return nil, err
 	}
-	spec.dur = h.plan.CostDur
+	spec.dur = h.plan.LimitsDur
 	r, d, err := h.loadOn(ctx, gw, spec)
 	if err != nil {
 		return nil, err
