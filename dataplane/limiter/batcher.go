@@ -129,7 +129,7 @@ type op struct {
 	done     chan struct{}
 	// late, when set, receives a successful reply that arrived after the
 	// op was answered otherwise (prefetched tokens must not be lost).
-	late func(TakeResult)
+	late LateFunc
 }
 
 // finish answers o unless it was answered already; it reports whether it
@@ -207,13 +207,18 @@ func (bt *Batcher) Take(ctx context.Context, b Bucket, cost, want int64) (TakeRe
 	return bt.take(ctx, b, cost, want, nil)
 }
 
+// LateFunc receives a successful reply for bucket b that arrived after its
+// Take had returned. It is one function for all buckets (the bucket is an
+// argument), so a Take does not allocate a closure for it.
+type LateFunc func(b *Bucket, r TakeResult)
+
 // TakeLate is Take, and hands a successful reply that arrives after Take
 // returned (the caller gave up, or Redis was silent for a while) to late.
-func (bt *Batcher) TakeLate(ctx context.Context, b Bucket, cost, want int64, late func(TakeResult)) (TakeResult, error) {
+func (bt *Batcher) TakeLate(ctx context.Context, b Bucket, cost, want int64, late LateFunc) (TakeResult, error) {
 	return bt.take(ctx, b, cost, want, late)
 }
 
-func (bt *Batcher) take(ctx context.Context, b Bucket, cost, want int64, late func(TakeResult)) (TakeResult, error) {
+func (bt *Batcher) take(ctx context.Context, b Bucket, cost, want int64, late LateFunc) (TakeResult, error) {
 	o := &op{b: b, cost: cost, want: want, deadlineMs: bt.clock.deadline(ctx), done: make(chan struct{}), late: late}
 	select {
 	case <-bt.closed:
@@ -289,6 +294,7 @@ func (bt *Batcher) work() {
 // call is one script call: a group of ops on one bucket.
 type call struct {
 	ops        []*op
+	one        [1]*op // ops of a call of one op, without an allocation
 	cmd        *redis.Cmd
 	cost, want int64
 	deadlineMs int64
@@ -297,49 +303,56 @@ type call struct {
 // group turns a batch into script calls, leaving out ops whose caller gave
 // up while they were queued. Single-token requests on one bucket share a
 // call (unless NoCoalesce); anything else (a prefetch, a cost above one, a
-// charge) gets its own.
-func (bt *Batcher) group(batch []*op) []*call {
-	var calls []*call
-	var byKey map[string]*call
-	now := time.Now().UnixNano()
+// charge) gets its own. The calls are one allocation (pointers to its
+// elements stay valid: it never grows), since the watchdog may still read
+// them after the worker has moved on.
+func (bt *Batcher) group(batch []*op, now time.Time) []call {
+	calls := make([]call, 0, len(batch))
+	var byKey map[string]int // index in calls
 	for _, o := range batch {
-		o.sentAt.Store(now)
+		o.sentAt.Store(now.UnixNano())
 		if !o.state.CompareAndSwap(opQueued, opSent) {
 			continue
 		}
-		if !bt.opts.NoCoalesce && o.cost == 1 && o.want == 1 && !o.b.Charge && len(batch) > 1 {
+		shared := !bt.opts.NoCoalesce && o.cost == 1 && o.want == 1 && !o.b.Charge && len(batch) > 1
+		if shared {
 			if byKey == nil {
-				byKey = map[string]*call{}
+				byKey = make(map[string]int, len(batch))
 			}
-			if c := byKey[o.b.Key]; c != nil && c.ops[0].b == o.b {
-				c.ops = append(c.ops, o)
-				c.want++
-				if c.deadlineMs != 0 && (o.deadlineMs == 0 || o.deadlineMs > c.deadlineMs) {
-					c.deadlineMs = o.deadlineMs
-				}
+			if i, ok := byKey[o.b.Key]; ok && calls[i].ops[0].b == o.b {
+				calls[i].add(o)
 				continue
 			}
-			c := &call{ops: []*op{o}, cost: 1, want: 1, deadlineMs: o.deadlineMs}
-			byKey[o.b.Key] = c
-			calls = append(calls, c)
-			continue
+			byKey[o.b.Key] = len(calls)
 		}
-		calls = append(calls, &call{ops: []*op{o}, cost: o.cost, want: o.want, deadlineMs: o.deadlineMs})
+		calls = append(calls, call{cost: o.cost, want: o.want, deadlineMs: o.deadlineMs})
+		c := &calls[len(calls)-1]
+		c.one[0] = o
+		c.ops = c.one[:]
 	}
 	return calls
+}
+
+// add makes o share c (one more token, the later of the deadlines).
+func (c *call) add(o *op) {
+	c.ops = append(c.ops, o)
+	c.want++
+	if c.deadlineMs != 0 && (o.deadlineMs == 0 || o.deadlineMs > c.deadlineMs) {
+		c.deadlineMs = o.deadlineMs
+	}
 }
 
 // send pipelines a batch's calls and answers their ops. A watchdog fails the
 // ops early when Redis stays silent for Timeout after the pipeline was
 // written.
 func (bt *Batcher) send(batch []*op) {
-	calls := bt.group(batch)
+	sent := time.Now()
+	calls := bt.group(batch, sent)
 	if len(calls) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bt.opts.ExecTimeout)
 	defer cancel()
-	sent := time.Now()
 	var finished atomic.Bool
 	watchdog := time.AfterFunc(bt.opts.Timeout, func() { bt.watch(calls, sent, sent.Add(bt.opts.Timeout), &finished) })
 	defer watchdog.Stop()
@@ -349,19 +362,11 @@ func (bt *Batcher) send(batch []*op) {
 	// calls went: send those again with EVAL, which carries the script and
 	// caches it for the next EVALSHA. A NOSCRIPT call did not run, so
 	// nothing counts twice; calls that ran are not sent again.
-	var again []*call
-	for _, c := range calls {
-		if isNoScript(c.cmd.Err()) {
-			again = append(again, c)
-		}
-	}
-	if len(again) > 0 {
-		bt.exec(ctx, again, true)
-	}
+	bt.exec(ctx, calls, true)
 	finished.Store(true)
 	now := time.Now()
-	for _, c := range calls {
-		bt.answer(c, now)
+	for i := range calls {
+		bt.answer(&calls[i], now)
 	}
 }
 
@@ -371,7 +376,7 @@ func (bt *Batcher) send(batch []*op) {
 // late handlers). due is when this check was meant to run: a check that
 // runs much later than that says this process is starved of CPU, and then
 // the silence may be ours (replies unread), not Redis's: it looks again.
-func (bt *Batcher) watch(calls []*call, sent time.Time, due time.Time, finished *atomic.Bool) {
+func (bt *Batcher) watch(calls []call, sent time.Time, due time.Time, finished *atomic.Bool) {
 	if finished.Load() {
 		return
 	}
@@ -387,7 +392,8 @@ func (bt *Batcher) watch(calls []*call, sent time.Time, due time.Time, finished 
 	// only its own calls.
 	silent := map[string]bool{}
 	next := bt.opts.Timeout
-	for _, c := range calls {
+	for i := range calls {
+		c := &calls[i] // by pointer: exec is writing c.cmd
 		node := c.ops[0].b.node
 		is, seen := silent[node]
 		if !seen {
@@ -470,20 +476,32 @@ func (bt *Batcher) pingNode(ctx context.Context, node string) error {
 	return bt.client.Ping(ctx).Err()
 }
 
-// exec sends one pipeline of script calls, by SHA or with the script.
-func (bt *Batcher) exec(ctx context.Context, calls []*call, withScript bool) {
-	pipe := bt.client.Pipeline()
-	for _, c := range calls {
-		b := &c.ops[0].b
-		keys, args := ScriptCall(b, c.cost, c.want, c.deadlineMs, bt.opts.Layout)
-		if withScript {
+// exec sends one pipeline of script calls by SHA or, to resend those Redis
+// answered NOSCRIPT, with the script (nothing when there are none).
+func (bt *Batcher) exec(ctx context.Context, calls []call, resend bool) {
+	var pipe redis.Pipeliner
+	n := 0
+	for i := range calls {
+		c := &calls[i]
+		if resend && !isNoScript(c.cmd.Err()) {
+			continue
+		}
+		if pipe == nil {
+			pipe = bt.client.Pipeline()
+		}
+		n++
+		keys, args := ScriptCall(&c.ops[0].b, c.cost, c.want, c.deadlineMs, bt.opts.Layout)
+		if resend {
 			c.cmd = tokenBucket.Eval(ctx, pipe, keys, args...)
 		} else {
 			c.cmd = tokenBucket.EvalSha(ctx, pipe, keys, args...)
 		}
 	}
+	if n == 0 {
+		return
+	}
 	bt.roundTrips.Add(1)
-	bt.commands.Add(int64(len(calls)))
+	bt.commands.Add(int64(n))
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 }
 
@@ -525,7 +543,7 @@ func (bt *Batcher) answer(c *call, now time.Time) {
 // was answered already.
 func (bt *Batcher) deliver(o *op, res TakeResult, err error) {
 	if !o.finish(res, err) && err == nil && o.late != nil {
-		o.late(res)
+		o.late(&o.b, res)
 	}
 }
 
