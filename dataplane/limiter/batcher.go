@@ -28,8 +28,9 @@ import (
 // How long a call waits, and what counts as Redis failing:
 //
 //   - Time spent queued in the gateway is not Redis's: a request waits for a
-//     worker as long as its own context allows (the chain's MaxWait), and a
-//     request that gives up before its call was written is never sent.
+//     worker as long as its own context allows, and MaxWait (the chain's),
+//     and a request that gives up before its call was written is never
+//     sent.
 //   - Once a call is written, Timeout measures Redis: when Redis (the node
 //     that holds the key) has sent nothing at all, on any connection, for
 //     Timeout since the call was written, and the kernel holds no unread
@@ -60,6 +61,7 @@ type Batcher struct {
 	// instead of a send on a closed channel.
 	closed    chan struct{}
 	closeOnce sync.Once
+	waits     waitList
 
 	roundTrips, commands, decisions atomic.Int64
 }
@@ -91,6 +93,11 @@ type BatcherOptions struct {
 	// ExecTimeout bounds one pipeline. Requests give up earlier, on their
 	// own deadline. Default 1s.
 	ExecTimeout time.Duration
+	// MaxWait bounds a Take whose context allows longer (or has no
+	// deadline), as if its context ended MaxWait after the Take began: the
+	// chain's --redis-max-wait, kept by one timer for all Takes instead of a
+	// context with a timer of its own per Take. 0: the context alone.
+	MaxWait time.Duration
 	// Layout is how buckets are stored in Redis (default LayoutPacked).
 	Layout Layout
 }
@@ -118,7 +125,8 @@ const (
 type op struct {
 	b          Bucket
 	cost, want int64
-	deadlineMs int64 // Redis time; 0: none
+	deadlineMs int64     // Redis time; 0: none
+	expires    time.Time // MaxWait's deadline, for the waitList
 	state      atomic.Int32
 	sentAt     atomic.Int64 // unix ns, set before state becomes opSent
 	// finished is set by whoever answers first: the worker (a reply), the
@@ -161,6 +169,8 @@ func NewBatcher(client BatchClient, opts BatcherOptions) *Batcher {
 		opts.PingTimeout = 50 * time.Millisecond
 	}
 	bt := &Batcher{client: client, queue: make(chan *op, 4*opts.MaxBatch), opts: opts, closed: make(chan struct{})}
+	bt.waits.timer = time.AfterFunc(time.Hour, bt.reap)
+	bt.waits.timer.Stop()
 	bt.listen(client)
 	for range opts.Workers {
 		go bt.work()
@@ -219,11 +229,18 @@ func (bt *Batcher) TakeLate(ctx context.Context, b Bucket, cost, want int64, lat
 }
 
 func (bt *Batcher) take(ctx context.Context, b Bucket, cost, want int64, late LateFunc) (TakeResult, error) {
-	o := &op{b: b, cost: cost, want: want, deadlineMs: bt.clock.deadline(ctx), done: make(chan struct{}), late: late}
+	o := &op{b: b, cost: cost, want: want, done: make(chan struct{}), late: late}
 	select {
 	case <-bt.closed:
 		return TakeResult{}, ErrClosed
 	default:
+	}
+	deadline, ok := ctx.Deadline()
+	if mw := bt.opts.MaxWait; mw > 0 && (!ok || time.Until(deadline) > mw) {
+		deadline, ok = bt.await(o), true
+	}
+	if ok {
+		o.deadlineMs = bt.clock.deadlineAt(deadline)
 	}
 	select {
 	case bt.queue <- o:
@@ -231,6 +248,8 @@ func (bt *Batcher) take(ctx context.Context, b Bucket, cost, want int64, late La
 		return TakeResult{}, ErrClosed
 	case <-ctx.Done():
 		return TakeResult{}, errors.Join(ErrNotSent, ctx.Err())
+	case <-o.done: // MaxWait, while the queue was full
+		return o.res, o.err
 	}
 	select {
 	case <-o.done:
@@ -245,20 +264,79 @@ func (bt *Batcher) take(ctx context.Context, b Bucket, cost, want int64, late La
 		<-o.done
 		return o.res, o.err
 	case <-ctx.Done():
-		notSent := o.state.CompareAndSwap(opQueued, opAbandoned)
-		err := ctx.Err()
-		switch {
-		case notSent:
-			err = errors.Join(ErrNotSent, err)
-		case bt.lastHeard(o.b.node) < o.sentAt.Load():
-			// Written, and Redis has sent nothing since.
-			err = errors.Join(ErrRedisSilent, err)
-		}
-		if o.finish(TakeResult{}, err) {
-			return TakeResult{}, err
-		}
-		<-o.done // answered at the same moment
+		bt.giveUp(o, ctx.Err())
+		<-o.done // by giveUp, or answered at the same moment
 		return o.res, o.err
+	}
+}
+
+// giveUp answers o with cause (its caller stops waiting: its context ended,
+// or MaxWait passed), said more precisely when it can be: never sent, or
+// sent and Redis silent since. Nothing when o was answered already.
+func (bt *Batcher) giveUp(o *op, cause error) {
+	err := cause
+	switch {
+	case o.state.CompareAndSwap(opQueued, opAbandoned):
+		err = errors.Join(ErrNotSent, err)
+	case bt.lastHeard(o.b.node) < o.sentAt.Load():
+		// Written, and Redis has sent nothing since.
+		err = errors.Join(ErrRedisSilent, err)
+	}
+	o.finish(TakeResult{}, err)
+}
+
+// waitList holds the Takes bounded by MaxWait, in the order of their
+// deadlines (each is MaxWait after it was added, under mu), and one timer
+// set to the first deadline of a Take not answered yet.
+type waitList struct {
+	mu    sync.Mutex
+	ops   []*op
+	armed bool
+	timer *time.Timer
+}
+
+// await adds o to the waitList; it returns o's deadline.
+func (bt *Batcher) await(o *op) time.Time {
+	w := &bt.waits
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	o.expires = time.Now().Add(bt.opts.MaxWait)
+	w.ops = append(w.ops, o)
+	if !w.armed {
+		w.armed = true
+		w.timer.Reset(bt.opts.MaxWait)
+	}
+	return o.expires
+}
+
+// reap runs on the waitList's timer: it drops the answered Takes at its
+// head, gives up on those past their deadline, and sets the timer for the
+// next one.
+func (bt *Batcher) reap() {
+	w := &bt.waits
+	w.mu.Lock()
+	now := time.Now()
+	var due []*op
+	n := 0
+	for ; n < len(w.ops); n++ {
+		o := w.ops[n]
+		if !o.finished.Load() && now.Before(o.expires) {
+			break
+		}
+		if !o.finished.Load() {
+			due = append(due, o)
+		}
+	}
+	clear(w.ops[:n])
+	w.ops = w.ops[n:]
+	if len(w.ops) > 0 {
+		w.timer.Reset(w.ops[0].expires.Sub(now))
+	} else {
+		w.armed = false
+	}
+	w.mu.Unlock()
+	for _, o := range due {
+		bt.giveUp(o, context.DeadlineExceeded)
 	}
 }
 

@@ -50,6 +50,10 @@ type CacheOptions struct {
 	// MaxWait bounds a request's wait for Redis (the chain's MaxWait); 0:
 	// the caller's context alone.
 	MaxWait time.Duration
+	// NextBoundsWait says the next Taker bounds its calls by MaxWait itself
+	// (a Batcher with MaxWait set): a request that sends a call of its own
+	// gets no timer here, only one waiting for another's fetch does.
+	NextBoundsWait bool
 	// NoEmptyCache disables the empty-bucket cache (the classic design:
 	// every request asks Redis).
 	NoEmptyCache bool
@@ -113,7 +117,8 @@ func NewCache(next Taker, opts CacheOptions) *Cache {
 
 // Take implements Taker. It takes cost tokens (want is set by the bucket's
 // Prefetch). Only a request that waits for Redis is bounded by MaxWait (a
-// timer); one the Cache answers costs none.
+// timer; none for a call of its own when NextBoundsWait); one the Cache
+// answers costs none.
 func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, error) {
 	sh := c.shard(b.Key)
 	var cancel context.CancelFunc
@@ -122,8 +127,8 @@ func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, 
 			cancel()
 		}
 	}()
-	bound := func() {
-		if cancel != nil || c.opts.MaxWait <= 0 {
+	bound := func(fetch bool) {
+		if cancel != nil || c.opts.MaxWait <= 0 || (fetch && c.opts.NextBoundsWait) {
 			return
 		}
 		if d, ok := ctx.Deadline(); ok && time.Until(d) <= c.opts.MaxWait {
@@ -146,7 +151,7 @@ func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, 
 			// look again, rather than sending a call of our own.
 			ch := e.fetching
 			sh.mu.Unlock()
-			bound()
+			bound(false)
 			select {
 			case <-ch:
 				continue
@@ -162,7 +167,7 @@ func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, 
 			e.fetching = done
 		}
 		sh.mu.Unlock()
-		bound()
+		bound(true)
 		return c.fetch(ctx, sh, b, cost, want, done)
 	}
 }

@@ -201,7 +201,16 @@ func (c *redisClock) observe(redisMs int64, recv time.Time) {
 // estimate), or 0 when either is unknown.
 func (c *redisClock) deadline(ctx context.Context) int64 {
 	d, ok := ctx.Deadline()
-	if !ok || !c.known.Load() {
+	if !ok {
+		return 0
+	}
+	return c.deadlineAt(d)
+}
+
+// deadlineAt is d in Redis milliseconds (with slack for the estimate), or 0
+// when the offset is unknown.
+func (c *redisClock) deadlineAt(d time.Time) int64 {
+	if !c.known.Load() {
 		return 0
 	}
 	const slackMs = 2
