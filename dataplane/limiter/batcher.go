@@ -28,8 +28,9 @@ import (
 // How long a call waits, and what counts as Redis failing:
 //
 //   - Time spent queued in the gateway is not Redis's: a request waits for a
-//     worker as long as its own context allows (the chain's MaxWait), and a
-//     request that gives up before its call was written is never sent.
+//     worker as long as its own context allows, and MaxWait (the chain's),
+//     and a request that gives up before its call was written is never
+//     sent.
 //   - Once a call is written, Timeout measures Redis: when Redis (the node
 //     that holds the key) has sent nothing at all, on any connection, for
 //     Timeout since the call was written, and the kernel holds no unread
@@ -60,6 +61,7 @@ type Batcher struct {
 	// instead of a send on a closed channel.
 	closed    chan struct{}
 	closeOnce sync.Once
+	waits     waitList
 
 	roundTrips, commands, decisions atomic.Int64
 }
@@ -91,6 +93,11 @@ type BatcherOptions struct {
 	// ExecTimeout bounds one pipeline. Requests give up earlier, on their
 	// own deadline. Default 1s.
 	ExecTimeout time.Duration
+	// MaxWait bounds a Take whose context allows longer (or has no
+	// deadline), as if its context ended MaxWait after the Take began: the
+	// chain's --redis-max-wait, kept by one timer for all Takes instead of a
+	// context with a timer of its own per Take. 0: the context alone.
+	MaxWait time.Duration
 	// Layout is how buckets are stored in Redis (default LayoutPacked).
 	Layout Layout
 }
@@ -118,7 +125,8 @@ const (
 type op struct {
 	b          Bucket
 	cost, want int64
-	deadlineMs int64 // Redis time; 0: none
+	deadlineMs int64     // Redis time; 0: none
+	expires    time.Time // MaxWait's deadline, for the waitList
 	state      atomic.Int32
 	sentAt     atomic.Int64 // unix ns, set before state becomes opSent
 	// finished is set by whoever answers first: the worker (a reply), the
@@ -129,7 +137,7 @@ type op struct {
 	done     chan struct{}
 	// late, when set, receives a successful reply that arrived after the
 	// op was answered otherwise (prefetched tokens must not be lost).
-	late func(TakeResult)
+	late LateFunc
 }
 
 // finish answers o unless it was answered already; it reports whether it
@@ -161,6 +169,8 @@ func NewBatcher(client BatchClient, opts BatcherOptions) *Batcher {
 		opts.PingTimeout = 50 * time.Millisecond
 	}
 	bt := &Batcher{client: client, queue: make(chan *op, 4*opts.MaxBatch), opts: opts, closed: make(chan struct{})}
+	bt.waits.timer = time.AfterFunc(time.Hour, bt.reap)
+	bt.waits.timer.Stop()
 	bt.listen(client)
 	for range opts.Workers {
 		go bt.work()
@@ -207,18 +217,30 @@ func (bt *Batcher) Take(ctx context.Context, b Bucket, cost, want int64) (TakeRe
 	return bt.take(ctx, b, cost, want, nil)
 }
 
+// LateFunc receives a successful reply for bucket b that arrived after its
+// Take had returned. It is one function for all buckets (the bucket is an
+// argument), so a Take does not allocate a closure for it.
+type LateFunc func(b *Bucket, r TakeResult)
+
 // TakeLate is Take, and hands a successful reply that arrives after Take
 // returned (the caller gave up, or Redis was silent for a while) to late.
-func (bt *Batcher) TakeLate(ctx context.Context, b Bucket, cost, want int64, late func(TakeResult)) (TakeResult, error) {
+func (bt *Batcher) TakeLate(ctx context.Context, b Bucket, cost, want int64, late LateFunc) (TakeResult, error) {
 	return bt.take(ctx, b, cost, want, late)
 }
 
-func (bt *Batcher) take(ctx context.Context, b Bucket, cost, want int64, late func(TakeResult)) (TakeResult, error) {
-	o := &op{b: b, cost: cost, want: want, deadlineMs: bt.clock.deadline(ctx), done: make(chan struct{}), late: late}
+func (bt *Batcher) take(ctx context.Context, b Bucket, cost, want int64, late LateFunc) (TakeResult, error) {
+	o := &op{b: b, cost: cost, want: want, done: make(chan struct{}), late: late}
 	select {
 	case <-bt.closed:
 		return TakeResult{}, ErrClosed
 	default:
+	}
+	deadline, ok := ctx.Deadline()
+	if mw := bt.opts.MaxWait; mw > 0 && (!ok || time.Until(deadline) > mw) {
+		deadline, ok = bt.await(o), true
+	}
+	if ok {
+		o.deadlineMs = bt.clock.deadlineAt(deadline)
 	}
 	select {
 	case bt.queue <- o:
@@ -226,6 +248,8 @@ func (bt *Batcher) take(ctx context.Context, b Bucket, cost, want int64, late fu
 		return TakeResult{}, ErrClosed
 	case <-ctx.Done():
 		return TakeResult{}, errors.Join(ErrNotSent, ctx.Err())
+	case <-o.done: // MaxWait, while the queue was full
+		return o.res, o.err
 	}
 	select {
 	case <-o.done:
@@ -240,20 +264,79 @@ func (bt *Batcher) take(ctx context.Context, b Bucket, cost, want int64, late fu
 		<-o.done
 		return o.res, o.err
 	case <-ctx.Done():
-		notSent := o.state.CompareAndSwap(opQueued, opAbandoned)
-		err := ctx.Err()
-		switch {
-		case notSent:
-			err = errors.Join(ErrNotSent, err)
-		case bt.lastHeard(o.b.node) < o.sentAt.Load():
-			// Written, and Redis has sent nothing since.
-			err = errors.Join(ErrRedisSilent, err)
-		}
-		if o.finish(TakeResult{}, err) {
-			return TakeResult{}, err
-		}
-		<-o.done // answered at the same moment
+		bt.giveUp(o, ctx.Err())
+		<-o.done // by giveUp, or answered at the same moment
 		return o.res, o.err
+	}
+}
+
+// giveUp answers o with cause (its caller stops waiting: its context ended,
+// or MaxWait passed), said more precisely when it can be: never sent, or
+// sent and Redis silent since. Nothing when o was answered already.
+func (bt *Batcher) giveUp(o *op, cause error) {
+	err := cause
+	switch {
+	case o.state.CompareAndSwap(opQueued, opAbandoned):
+		err = errors.Join(ErrNotSent, err)
+	case bt.lastHeard(o.b.node) < o.sentAt.Load():
+		// Written, and Redis has sent nothing since.
+		err = errors.Join(ErrRedisSilent, err)
+	}
+	o.finish(TakeResult{}, err)
+}
+
+// waitList holds the Takes bounded by MaxWait, in the order of their
+// deadlines (each is MaxWait after it was added, under mu), and one timer
+// set to the first deadline of a Take not answered yet.
+type waitList struct {
+	mu    sync.Mutex
+	ops   []*op
+	armed bool
+	timer *time.Timer
+}
+
+// await adds o to the waitList; it returns o's deadline.
+func (bt *Batcher) await(o *op) time.Time {
+	w := &bt.waits
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	o.expires = time.Now().Add(bt.opts.MaxWait)
+	w.ops = append(w.ops, o)
+	if !w.armed {
+		w.armed = true
+		w.timer.Reset(bt.opts.MaxWait)
+	}
+	return o.expires
+}
+
+// reap runs on the waitList's timer: it drops the answered Takes at its
+// head, gives up on those past their deadline, and sets the timer for the
+// next one.
+func (bt *Batcher) reap() {
+	w := &bt.waits
+	w.mu.Lock()
+	now := time.Now()
+	var due []*op
+	n := 0
+	for ; n < len(w.ops); n++ {
+		o := w.ops[n]
+		if !o.finished.Load() && now.Before(o.expires) {
+			break
+		}
+		if !o.finished.Load() {
+			due = append(due, o)
+		}
+	}
+	clear(w.ops[:n])
+	w.ops = w.ops[n:]
+	if len(w.ops) > 0 {
+		w.timer.Reset(w.ops[0].expires.Sub(now))
+	} else {
+		w.armed = false
+	}
+	w.mu.Unlock()
+	for _, o := range due {
+		bt.giveUp(o, context.DeadlineExceeded)
 	}
 }
 
@@ -289,6 +372,7 @@ func (bt *Batcher) work() {
 // call is one script call: a group of ops on one bucket.
 type call struct {
 	ops        []*op
+	one        [1]*op // ops of a call of one op, without an allocation
 	cmd        *redis.Cmd
 	cost, want int64
 	deadlineMs int64
@@ -297,49 +381,56 @@ type call struct {
 // group turns a batch into script calls, leaving out ops whose caller gave
 // up while they were queued. Single-token requests on one bucket share a
 // call (unless NoCoalesce); anything else (a prefetch, a cost above one, a
-// charge) gets its own.
-func (bt *Batcher) group(batch []*op) []*call {
-	var calls []*call
-	var byKey map[string]*call
-	now := time.Now().UnixNano()
+// charge) gets its own. The calls are one allocation (pointers to its
+// elements stay valid: it never grows), since the watchdog may still read
+// them after the worker has moved on.
+func (bt *Batcher) group(batch []*op, now time.Time) []call {
+	calls := make([]call, 0, len(batch))
+	var byKey map[string]int // index in calls
 	for _, o := range batch {
-		o.sentAt.Store(now)
+		o.sentAt.Store(now.UnixNano())
 		if !o.state.CompareAndSwap(opQueued, opSent) {
 			continue
 		}
-		if !bt.opts.NoCoalesce && o.cost == 1 && o.want == 1 && !o.b.Charge && len(batch) > 1 {
+		shared := !bt.opts.NoCoalesce && o.cost == 1 && o.want == 1 && !o.b.Charge && len(batch) > 1
+		if shared {
 			if byKey == nil {
-				byKey = map[string]*call{}
+				byKey = make(map[string]int, len(batch))
 			}
-			if c := byKey[o.b.Key]; c != nil && c.ops[0].b == o.b {
-				c.ops = append(c.ops, o)
-				c.want++
-				if c.deadlineMs != 0 && (o.deadlineMs == 0 || o.deadlineMs > c.deadlineMs) {
-					c.deadlineMs = o.deadlineMs
-				}
+			if i, ok := byKey[o.b.Key]; ok && calls[i].ops[0].b == o.b {
+				calls[i].add(o)
 				continue
 			}
-			c := &call{ops: []*op{o}, cost: 1, want: 1, deadlineMs: o.deadlineMs}
-			byKey[o.b.Key] = c
-			calls = append(calls, c)
-			continue
+			byKey[o.b.Key] = len(calls)
 		}
-		calls = append(calls, &call{ops: []*op{o}, cost: o.cost, want: o.want, deadlineMs: o.deadlineMs})
+		calls = append(calls, call{cost: o.cost, want: o.want, deadlineMs: o.deadlineMs})
+		c := &calls[len(calls)-1]
+		c.one[0] = o
+		c.ops = c.one[:]
 	}
 	return calls
+}
+
+// add makes o share c (one more token, the later of the deadlines).
+func (c *call) add(o *op) {
+	c.ops = append(c.ops, o)
+	c.want++
+	if c.deadlineMs != 0 && (o.deadlineMs == 0 || o.deadlineMs > c.deadlineMs) {
+		c.deadlineMs = o.deadlineMs
+	}
 }
 
 // send pipelines a batch's calls and answers their ops. A watchdog fails the
 // ops early when Redis stays silent for Timeout after the pipeline was
 // written.
 func (bt *Batcher) send(batch []*op) {
-	calls := bt.group(batch)
+	sent := time.Now()
+	calls := bt.group(batch, sent)
 	if len(calls) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bt.opts.ExecTimeout)
 	defer cancel()
-	sent := time.Now()
 	var finished atomic.Bool
 	watchdog := time.AfterFunc(bt.opts.Timeout, func() { bt.watch(calls, sent, sent.Add(bt.opts.Timeout), &finished) })
 	defer watchdog.Stop()
@@ -349,19 +440,11 @@ func (bt *Batcher) send(batch []*op) {
 	// calls went: send those again with EVAL, which carries the script and
 	// caches it for the next EVALSHA. A NOSCRIPT call did not run, so
 	// nothing counts twice; calls that ran are not sent again.
-	var again []*call
-	for _, c := range calls {
-		if isNoScript(c.cmd.Err()) {
-			again = append(again, c)
-		}
-	}
-	if len(again) > 0 {
-		bt.exec(ctx, again, true)
-	}
+	bt.exec(ctx, calls, true)
 	finished.Store(true)
 	now := time.Now()
-	for _, c := range calls {
-		bt.answer(c, now)
+	for i := range calls {
+		bt.answer(&calls[i], now)
 	}
 }
 
@@ -371,7 +454,7 @@ func (bt *Batcher) send(batch []*op) {
 // late handlers). due is when this check was meant to run: a check that
 // runs much later than that says this process is starved of CPU, and then
 // the silence may be ours (replies unread), not Redis's: it looks again.
-func (bt *Batcher) watch(calls []*call, sent time.Time, due time.Time, finished *atomic.Bool) {
+func (bt *Batcher) watch(calls []call, sent time.Time, due time.Time, finished *atomic.Bool) {
 	if finished.Load() {
 		return
 	}
@@ -387,7 +470,8 @@ func (bt *Batcher) watch(calls []*call, sent time.Time, due time.Time, finished 
 	// only its own calls.
 	silent := map[string]bool{}
 	next := bt.opts.Timeout
-	for _, c := range calls {
+	for i := range calls {
+		c := &calls[i] // by pointer: exec is writing c.cmd
 		node := c.ops[0].b.node
 		is, seen := silent[node]
 		if !seen {
@@ -470,20 +554,32 @@ func (bt *Batcher) pingNode(ctx context.Context, node string) error {
 	return bt.client.Ping(ctx).Err()
 }
 
-// exec sends one pipeline of script calls, by SHA or with the script.
-func (bt *Batcher) exec(ctx context.Context, calls []*call, withScript bool) {
-	pipe := bt.client.Pipeline()
-	for _, c := range calls {
-		b := &c.ops[0].b
-		keys, args := ScriptCall(b, c.cost, c.want, c.deadlineMs, bt.opts.Layout)
-		if withScript {
+// exec sends one pipeline of script calls by SHA or, to resend those Redis
+// answered NOSCRIPT, with the script (nothing when there are none).
+func (bt *Batcher) exec(ctx context.Context, calls []call, resend bool) {
+	var pipe redis.Pipeliner
+	n := 0
+	for i := range calls {
+		c := &calls[i]
+		if resend && !isNoScript(c.cmd.Err()) {
+			continue
+		}
+		if pipe == nil {
+			pipe = bt.client.Pipeline()
+		}
+		n++
+		keys, args := ScriptCall(&c.ops[0].b, c.cost, c.want, c.deadlineMs, bt.opts.Layout)
+		if resend {
 			c.cmd = tokenBucket.Eval(ctx, pipe, keys, args...)
 		} else {
 			c.cmd = tokenBucket.EvalSha(ctx, pipe, keys, args...)
 		}
 	}
+	if n == 0 {
+		return
+	}
 	bt.roundTrips.Add(1)
-	bt.commands.Add(int64(len(calls)))
+	bt.commands.Add(int64(n))
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 }
 
@@ -525,7 +621,7 @@ func (bt *Batcher) answer(c *call, now time.Time) {
 // was answered already.
 func (bt *Batcher) deliver(o *op, res TakeResult, err error) {
 	if !o.finish(res, err) && err == nil && o.late != nil {
-		o.late(res)
+		o.late(&o.b, res)
 	}
 }
 

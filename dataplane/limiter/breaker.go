@@ -138,7 +138,7 @@ func (br *Breaker) Take(ctx context.Context, b Bucket, cost, want int64) (TakeRe
 }
 
 // TakeLate passes late replies through when the next Taker hands them over.
-func (br *Breaker) TakeLate(ctx context.Context, b Bucket, cost, want int64, late func(TakeResult)) (TakeResult, error) {
+func (br *Breaker) TakeLate(ctx context.Context, b Bucket, cost, want int64, late LateFunc) (TakeResult, error) {
 	lt, ok := br.next.(lateTaker)
 	if !ok {
 		return br.Take(ctx, b, cost, want)

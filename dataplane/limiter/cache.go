@@ -10,7 +10,7 @@ import (
 // lateTaker is a Taker that can hand over a reply that arrives after Take
 // returned (Batcher, and Breaker around it).
 type lateTaker interface {
-	TakeLate(ctx context.Context, b Bucket, cost, want int64, late func(TakeResult)) (TakeResult, error)
+	TakeLate(ctx context.Context, b Bucket, cost, want int64, late LateFunc) (TakeResult, error)
 }
 
 // Cache sits between the chain's outer layer and the Redis side and saves
@@ -39,6 +39,7 @@ type Cache struct {
 	opts   CacheOptions
 	seed   maphash.Seed
 	shards [cacheShards]cacheShard
+	late   LateFunc // keepLate, bound once
 }
 
 // CacheOptions configure Cache.
@@ -49,6 +50,10 @@ type CacheOptions struct {
 	// MaxWait bounds a request's wait for Redis (the chain's MaxWait); 0:
 	// the caller's context alone.
 	MaxWait time.Duration
+	// NextBoundsWait says the next Taker bounds its calls by MaxWait itself
+	// (a Batcher with MaxWait set): a request that sends a call of its own
+	// gets no timer here, only one waiting for another's fetch does.
+	NextBoundsWait bool
 	// NoEmptyCache disables the empty-bucket cache (the classic design:
 	// every request asks Redis).
 	NoEmptyCache bool
@@ -103,6 +108,7 @@ func NewCache(next Taker, opts CacheOptions) *Cache {
 		opts.MaxEntries = 100_000
 	}
 	c := &Cache{next: next, opts: opts, seed: maphash.MakeSeed()}
+	c.late = c.keepLate
 	for i := range c.shards {
 		c.shards[i].entries = map[string]*cacheEntry{}
 	}
@@ -111,17 +117,18 @@ func NewCache(next Taker, opts CacheOptions) *Cache {
 
 // Take implements Taker. It takes cost tokens (want is set by the bucket's
 // Prefetch). Only a request that waits for Redis is bounded by MaxWait (a
-// timer); one the Cache answers costs none.
+// timer; none for a call of its own when NextBoundsWait); one the Cache
+// answers costs none.
 func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, error) {
-	sh := &c.shards[maphash.String(c.seed, b.Key)%cacheShards]
+	sh := c.shard(b.Key)
 	var cancel context.CancelFunc
 	defer func() {
 		if cancel != nil {
 			cancel()
 		}
 	}()
-	bound := func() {
-		if cancel != nil || c.opts.MaxWait <= 0 {
+	bound := func(fetch bool) {
+		if cancel != nil || c.opts.MaxWait <= 0 || (fetch && c.opts.NextBoundsWait) {
 			return
 		}
 		if d, ok := ctx.Deadline(); ok && time.Until(d) <= c.opts.MaxWait {
@@ -144,7 +151,7 @@ func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, 
 			// look again, rather than sending a call of our own.
 			ch := e.fetching
 			sh.mu.Unlock()
-			bound()
+			bound(false)
 			select {
 			case <-ch:
 				continue
@@ -160,7 +167,7 @@ func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, 
 			e.fetching = done
 		}
 		sh.mu.Unlock()
-		bound()
+		bound(true)
 		return c.fetch(ctx, sh, b, cost, want, done)
 	}
 }
@@ -187,7 +194,7 @@ func (c *Cache) fetch(ctx context.Context, sh *cacheShard, b Bucket, cost, want 
 	var r TakeResult
 	var err error
 	if lt, ok := c.next.(lateTaker); ok {
-		r, err = lt.TakeLate(ctx, b, cost, want, func(late TakeResult) { c.keepLate(sh, b, late) })
+		r, err = lt.TakeLate(ctx, b, cost, want, c.late)
 	} else {
 		r, err = c.next.Take(ctx, b, cost, want)
 	}
@@ -221,11 +228,12 @@ func (c *Cache) fetch(ctx context.Context, sh *cacheShard, b Bucket, cost, want 
 
 // keepLate keeps the tokens of a call whose request was answered before
 // Redis replied.
-func (c *Cache) keepLate(sh *cacheShard, b Bucket, r TakeResult) {
+func (c *Cache) keepLate(b *Bucket, r TakeResult) {
+	sh := c.shard(b.Key)
 	now := c.opts.Clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.entry(b, now, c.opts.MaxEntries)
+	e := sh.entry(*b, now, c.opts.MaxEntries)
 	e.keep(r.Granted, now, c.opts.TTL)
 	e.remaining = r.Remaining
 	if r.Quota.Set {
@@ -255,6 +263,11 @@ func (e *cacheEntry) keep(extra int64, now time.Time, ttl time.Duration) {
 	}
 	e.tokens += extra
 	e.expires = now.Add(ttl)
+}
+
+// shard is the shard that holds key's entry.
+func (c *Cache) shard(key string) *cacheShard {
+	return &c.shards[maphash.String(c.seed, key)%cacheShards]
 }
 
 // ceilMs is d in whole milliseconds, rounded up.
@@ -308,7 +321,7 @@ func resetAfter(b Bucket, tokens float64) time.Duration {
 
 // Refilled forgets that b is empty: tokens were given back to it.
 func (c *Cache) Refilled(b Bucket) {
-	sh := &c.shards[maphash.String(c.seed, b.Key)%cacheShards]
+	sh := c.shard(b.Key)
 	sh.mu.Lock()
 	if e := sh.entries[b.Key]; e != nil {
 		e.emptyUntil = time.Time{}

@@ -14,11 +14,12 @@ import (
 // Chain is the limiter the gateway decides with. NewChain assembles it; a
 // request passes its layers in this order:
 //
-//	Chain.Allow         deadline (MaxWait); on failure, the rule's failure mode
+//	Chain.Allow         on failure, the rule's failure mode
 //	  → Cache.Take      empty buckets and prefetched tokens, answered locally
 //	  → Breakers.Take   a circuit breaker per Redis node: fails at once while
 //	                    the bucket's node is down
-//	  → Batcher.Take    coalescing, pipelining, the Redis deadline
+//	  → Batcher.Take    the deadline (MaxWait, one timer for all Takes),
+//	                    coalescing, pipelining, the Redis deadline
 //	  → Redis           lua/token_bucket.lua, one atomic script call
 //
 // and, when any layer below fails or the breaker is open, the rule's failure
@@ -122,7 +123,7 @@ func NewChain(opts ChainOptions) *Chain {
 	ping := max(50*time.Millisecond, opts.Timeout)
 	c.batcher = NewBatcher(opts.Client, BatcherOptions{
 		Workers: workers, NoCoalesce: !opts.Coalesce, Timeout: opts.Timeout, PingTimeout: ping,
-		ExecTimeout: max(time.Second, 2*opts.MaxWait), Layout: opts.Layout,
+		ExecTimeout: max(time.Second, 2*opts.MaxWait), Layout: opts.Layout, MaxWait: opts.MaxWait,
 	})
 	c.breaker = NewBreakers(c.batcher, opts.Client, c.batcher, BreakerOptions{
 		FailuresToOpen: opts.FailuresToOpen, MinFailingFor: max(25*time.Millisecond, opts.Timeout), OpenFor: opts.OpenFor,
@@ -134,6 +135,7 @@ func NewChain(opts ChainOptions) *Chain {
 	// Unsure (empty locally) until Redis answers a request in time.
 	c.cache = NewCache(c.breaker, CacheOptions{
 		TTL: opts.PrefetchTTL, NoEmptyCache: !opts.EmptyBucketCache, Clock: opts.Clock, MaxWait: opts.MaxWait,
+		NextBoundsWait: true,
 	})
 	return c
 }

@@ -191,3 +191,57 @@ func TestInFlightBucketStartsEmpty(t *testing.T) {
 		t.Errorf("a bucket never sent to Redis, breaker open: %+v, want admitted locally", d)
 	}
 }
+
+// TestMaxWaitBoundsAStalledDecision: Redis stalls and the watchdog would
+// take far longer than MaxWait to call it silent; the decision still ends
+// at MaxWait (rejected: the call may run), with no deadline on the
+// request's own context. Whether the stalled call then runs (its token
+// serves the next request) or reaches Redis after its deadline (it takes
+// nothing), the bucket admits exactly its capacity over its life.
+func TestMaxWaitBoundsAStalledDecision(t *testing.T) {
+	srv := redistest.Start(t)
+	c := NewChain(ChainOptions{
+		Client: srv.Client(t), Coalesce: true, EmptyBucketCache: true,
+		Timeout: time.Minute, MaxWait: 300 * time.Millisecond, PrefetchTTL: 5 * time.Second,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	b := Bucket{Key: Key("t", "maxwait"), Capacity: 3, RefillTokens: 1, RefillPeriodMs: 3600_000}
+	if d, _ := c.Allow(ctx, b, 1); !d.Allowed {
+		t.Fatalf("first request: %+v", d)
+	}
+	srv.Pause()
+	decided := make(chan Outcome, 1)
+	go func() {
+		d, _ := c.Allow(ctx, b, 1)
+		decided <- d
+	}()
+	var d Outcome
+	select {
+	case d = <-decided:
+	case <-time.After(20 * time.Second):
+		srv.Resume()
+		t.Fatal("a decision waited for a stalled Redis far beyond MaxWait")
+	}
+	srv.Resume()
+	if d.Allowed {
+		t.Fatalf("request during the stall: %+v, want rejected", d)
+	}
+	// Until the stalled call's reply is in (a grant, or expired).
+	deadline := time.Now().Add(5 * time.Second)
+	for _, _, answered := c.Stats(); answered < 2; _, _, answered = c.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatal("the stalled call was never answered after Redis resumed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	admitted := 1
+	for range 5 {
+		if d, _ := c.Allow(ctx, b, 1); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != int(b.Capacity) {
+		t.Errorf("admitted %d over the bucket's life, want its capacity %v", admitted, b.Capacity)
+	}
+}

@@ -72,7 +72,7 @@ func (bs *Breakers) Take(ctx context.Context, b Bucket, cost, want int64) (TakeR
 }
 
 // TakeLate implements lateTaker.
-func (bs *Breakers) TakeLate(ctx context.Context, b Bucket, cost, want int64, late func(TakeResult)) (TakeResult, error) {
+func (bs *Breakers) TakeLate(ctx context.Context, b Bucket, cost, want int64, late LateFunc) (TakeResult, error) {
 	br, node := bs.forKey(ctx, b.Key)
 	b.node = node
 	return br.TakeLate(ctx, b, cost, want, late)

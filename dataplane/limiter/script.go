@@ -54,16 +54,20 @@ func ParseLayout(s string) (Layout, error) {
 // (the benchmark) build their calls here too.
 func ScriptCall(b *Bucket, cost, want, deadlineMs int64, layout Layout) (keys []string, args []any) {
 	hash, field := Storage(b.Key)
-	compat := "0"
+	a := &scriptArgs{keys: [2]string{hash, b.Key}, capacity: b.Capacity, ints: [6]int64{
+		b.RefillTokens, b.RefillPeriodMs, cost, want, deadlineMs, max(1, b.Unit)}, field: field}
+	var compat any = "0" // a constant in an interface: no allocation
 	if layout == LayoutCompat {
 		compat = "1"
 	}
-	keys = []string{hash, b.Key}
-	args = []any{b.Capacity, b.RefillTokens, b.RefillPeriodMs, cost, want, deadlineMs, max(1, b.Unit), field, compat}
-	debt := any("")
+	i := &a.ints
+	keys = a.keys[:]
+	args = append(a.argv[:0], &a.capacity, &i[0], &i[1], &i[2], &i[3], &i[4], &i[5], &a.field, compat)
+	var debt any = ""
 	if b.Charge {
 		// ARGV[10]: charge cost unconditionally, down to -MaxDebt tokens.
-		debt = max(0, b.MaxDebt)
+		a.maxDebt = max(0, b.MaxDebt)
+		debt = &a.maxDebt
 	}
 	if q := &b.Quota; q.Key != "" {
 		keys = append(keys, q.counter(q.Start), q.counter(q.Switch))
@@ -73,6 +77,19 @@ func ScriptCall(b *Bucket, cost, want, deadlineMs int64, layout Layout) (keys []
 		args = append(args, debt)
 	}
 	return keys, args
+}
+
+// scriptArgs holds one call's KEYS and ARGV. The arguments are pointers
+// into it (go-redis writes *float64, *int64 and *string as their values),
+// so a call costs one allocation rather than one per boxed argument (a
+// quota's arguments, rarer, are boxed as they come).
+type scriptArgs struct {
+	keys     [2]string
+	capacity float64
+	ints     [6]int64
+	field    string
+	maxDebt  float64
+	argv     [10]any
 }
 
 // Storage is where the bucket named key lives in Redis: a field of a hash.
@@ -184,7 +201,16 @@ func (c *redisClock) observe(redisMs int64, recv time.Time) {
 // estimate), or 0 when either is unknown.
 func (c *redisClock) deadline(ctx context.Context) int64 {
 	d, ok := ctx.Deadline()
-	if !ok || !c.known.Load() {
+	if !ok {
+		return 0
+	}
+	return c.deadlineAt(d)
+}
+
+// deadlineAt is d in Redis milliseconds (with slack for the estimate), or 0
+// when the offset is unknown.
+func (c *redisClock) deadlineAt(d time.Time) int64 {
+	if !c.known.Load() {
 		return 0
 	}
 	const slackMs = 2
