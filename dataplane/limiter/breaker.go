@@ -82,8 +82,8 @@ type BreakerOptions struct {
 	// Unanswered after one failed, before the failure is counted (it may
 	// open the breaker). Optional; must be cheap. The Chain keeps its
 	// local buckets with them (Local.Sending, Local.Unsure, Local.NotSent).
-	Sending    func(b *Bucket)
-	Unanswered func(b *Bucket, err error)
+	Sending    func(b Bucket)
+	Unanswered func(b Bucket, err error)
 }
 
 // ErrOpen is returned by Take while the breaker is not closed.
@@ -134,7 +134,7 @@ func (br *Breaker) readyToTrip(c gobreaker.Counts) bool {
 
 // Take implements Taker.
 func (br *Breaker) Take(ctx context.Context, b Bucket, cost, want int64) (TakeResult, error) {
-	return br.call(ctx, &b, func(ctx context.Context) (TakeResult, error) { return br.next.Take(ctx, b, cost, want) })
+	return br.call(ctx, b, func(ctx context.Context) (TakeResult, error) { return br.next.Take(ctx, b, cost, want) })
 }
 
 // TakeLate passes late replies through when the next Taker hands them over.
@@ -143,10 +143,10 @@ func (br *Breaker) TakeLate(ctx context.Context, b Bucket, cost, want int64, lat
 	if !ok {
 		return br.Take(ctx, b, cost, want)
 	}
-	return br.call(ctx, &b, func(ctx context.Context) (TakeResult, error) { return lt.TakeLate(ctx, b, cost, want, late) })
+	return br.call(ctx, b, func(ctx context.Context) (TakeResult, error) { return lt.TakeLate(ctx, b, cost, want, late) })
 }
 
-func (br *Breaker) call(ctx context.Context, b *Bucket, f func(context.Context) (TakeResult, error)) (TakeResult, error) {
+func (br *Breaker) call(ctx context.Context, b Bucket, f func(context.Context) (TakeResult, error)) (TakeResult, error) {
 	if br.cb.State() != gobreaker.StateClosed {
 		return TakeResult{}, ErrOpen
 	}

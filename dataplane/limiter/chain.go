@@ -170,12 +170,12 @@ func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Outcome, error
 // unanswered keeps the local bucket of b after its call to Redis failed:
 // empty when the call may have taken tokens (Unsure), as if never sent
 // when Redis refused or closed the connection.
-func (c *Chain) unanswered(b *Bucket, err error) {
+func (c *Chain) unanswered(b Bucket, err error) {
 	if redisGone(err) {
 		c.local.NotSent(b)
 		return
 	}
-	c.local.Unsure(*b)
+	c.local.Unsure(b)
 }
 
 // fallback decides by the bucket's failure mode; down says the breaker is

@@ -159,8 +159,8 @@ func (l *Local) Unsure(b Bucket) {
 // tokens in Redis, and the other replicas keep draining the bucket there.
 // A bucket with a local state keeps it; Redis's answer (Observe) replaces
 // it.
-func (l *Local) Sending(b *Bucket) {
-	key, capacity, perMs, _ := l.share(b)
+func (l *Local) Sending(b Bucket) {
+	key, capacity, perMs, _ := l.share(&b)
 	sh := &l.shards[maphash.String(l.seed, key)%localShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -175,8 +175,8 @@ func (l *Local) Sending(b *Bucket) {
 // NotSent undoes Sending for a call that took nothing in Redis (the
 // connection was refused or closed): a bucket still as Sending left it
 // is forgotten, so it starts at capacity/N like one never sent.
-func (l *Local) NotSent(b *Bucket) {
-	key, _, _, _ := l.share(b)
+func (l *Local) NotSent(b Bucket) {
+	key, _, _, _ := l.share(&b)
 	sh := &l.shards[maphash.String(l.seed, key)%localShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
