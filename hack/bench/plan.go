@@ -54,6 +54,8 @@ type plan struct {
 	LimitsDur  time.Duration `json:"limitsDurationNs"`
 }
 
+// newPlan is the full plan, or the quick one.
+// long: one literal of every scenario's sizes, then the quick mode's, side by side.
 func newPlan(quick bool) plan {
 	p := plan{
 		Warmup:       2 * time.Second,
