@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/internal/lib/redistime"
 	"github.com/tollgate-dev/tollgate/lua"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
@@ -308,29 +309,24 @@ func (s *Slots) releaseRedis(key, member string) {
 	_ = script.Run(ctx, s.opts.Client, []string{key}, "release", member).Err()
 }
 
-// redisClock estimates Redis's clock from the "now" of script replies, so a
-// call can carry its caller's deadline in Redis time. The estimate is
-// Redis's now minus the local time the reply arrived: never later than
-// Redis's real clock. Unlike the token bucket's (package limiter) it adds
-// no slack, so a deadline it computes is never later than the caller's: a
-// call that ran within it ran before the caller gave up, and so before the
-// release the caller sends then.
-type redisClock struct {
-	offsetMs atomic.Int64
-	known    atomic.Bool
-}
+// redisClock estimates Redis's clock from the "now" of script replies (see
+// package redistime), so a call can carry its caller's deadline in Redis
+// time. The estimate is never later than Redis's real clock, and unlike
+// the token bucket's (package limiter) it adds no slack, so a deadline it
+// computes is never later than the caller's: a call that ran within it ran
+// before the caller gave up, and so before the release the caller sends
+// then.
+type redisClock struct{ redistime.Clock }
 
-func (c *redisClock) observe(redisMs int64, local time.Time) {
-	c.offsetMs.Store(redisMs - local.UnixMilli())
-	c.known.Store(true)
-}
+func (c *redisClock) observe(redisMs int64, local time.Time) { c.Observe(redisMs, local) }
 
 // deadline is ctx's deadline in Redis time (ms); 0 when there is none or
 // Redis's clock is not known yet.
 func (c *redisClock) deadline(ctx context.Context) int64 {
 	d, ok := ctx.Deadline()
-	if !ok || !c.known.Load() {
+	if !ok {
 		return 0
 	}
-	return d.UnixMilli() + c.offsetMs.Load()
+	ms, _ := c.At(d)
+	return ms
 }

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-dev/tollgate/internal/lib/redistime"
 	"github.com/tollgate-dev/tollgate/lua"
 )
 
@@ -181,21 +181,15 @@ func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
-// redisClock estimates the offset between Redis's clock and this process's,
-// from the time each reply carries, so that a caller's deadline can be sent
-// in Redis time. The estimate errs late by up to one round trip, which only
-// lets a call run slightly after its caller gave up (taking a token nobody
-// uses: fewer admissions, never more).
-type redisClock struct {
-	offsetMs atomic.Int64 // Redis ms − local ms
-	known    atomic.Bool
-}
+// redisClock estimates Redis's clock from the time each reply carries (see
+// package redistime), so that a caller's deadline can be sent in Redis
+// time. The estimate never runs ahead of Redis's clock: a deadline errs
+// early, if anything, and a call that misses it takes nothing (fewer
+// admissions, never more).
+type redisClock struct{ redistime.Clock }
 
 // observe records Redis's time redisMs seen in a reply received at recv.
-func (c *redisClock) observe(redisMs int64, recv time.Time) {
-	c.offsetMs.Store(redisMs - recv.UnixMilli())
-	c.known.Store(true)
-}
+func (c *redisClock) observe(redisMs int64, recv time.Time) { c.Observe(redisMs, recv) }
 
 // deadline is ctx's deadline in Redis milliseconds (with slack for the
 // estimate), or 0 when either is unknown.
@@ -210,9 +204,10 @@ func (c *redisClock) deadline(ctx context.Context) int64 {
 // deadlineAt is d in Redis milliseconds (with slack for the estimate), or 0
 // when the offset is unknown.
 func (c *redisClock) deadlineAt(d time.Time) int64 {
-	if !c.known.Load() {
+	ms, ok := c.At(d)
+	if !ok {
 		return 0
 	}
 	const slackMs = 2
-	return d.UnixMilli() + c.offsetMs.Load() + slackMs
+	return ms + slackMs
 }
