@@ -139,13 +139,13 @@ func TestResponseCostDebt(t *testing.T) {
 		t.Fatalf("first request: %d", res.StatusCode)
 	}
 	// 10 - 1 = 9 held; 25 charged would leave -16: cut at -10.
-	if got := tokens(t, srv, "debtor", "api"); got < -10 || got > -9 {
-		t.Fatalf("after a charge of 25 on 9 tokens: %v tokens, want -10 (the debt floor) plus under a second of refill", got)
+	if got := tokens(t, srv, "debtor", "api"); got < -10 || got > -5 {
+		t.Fatalf("after a charge of 25 on 9 tokens: %v tokens, want -10 (the debt floor) plus the refill since (1/s)", got)
 	}
 	res, _ := get(t, gws[1], "debtor", "header?u=1")
 	retry, _ := strconv.Atoi(res.Header.Get("Retry-After"))
-	if res.StatusCode != 429 || retry < 10 || retry > 11 {
-		t.Fatalf("request with the bucket 10 in debt: %d Retry-After %q, want 429 and 10-11 s (11 tokens at 1/s)", res.StatusCode, res.Header.Get("Retry-After"))
+	if res.StatusCode != 429 || retry < 5 || retry > 11 {
+		t.Fatalf("request with the bucket 10 in debt: %d Retry-After %q, want 429 and up to 11 s (11 tokens at 1/s; at least 5: the debt counts, whatever the machine's delays)", res.StatusCode, res.Header.Get("Retry-After"))
 	}
 	// Why was I rate limited: the rule's cost, and the debt.
 	r := explainOf(t, gws[2], "debtor", "api")
@@ -410,8 +410,8 @@ func TestResponseCostLocalDebt(t *testing.T) {
 	}
 	res, _ := get(t, gw, "debtor", "header?u=1")
 	retry, _ := strconv.Atoi(res.Header.Get("Retry-After"))
-	if res.StatusCode != 429 || retry < 10 || retry > 11 {
-		t.Fatalf("local bucket 10 in debt: %d Retry-After %q, want 429 and 10-11 s (11 tokens at 1/s)", res.StatusCode, res.Header.Get("Retry-After"))
+	if res.StatusCode != 429 || retry < 5 || retry > 11 {
+		t.Fatalf("local bucket 10 in debt: %d Retry-After %q, want 429 and up to 11 s (11 tokens at 1/s; at least 5: the debt counts, whatever the machine's delays)", res.StatusCode, res.Header.Get("Retry-After"))
 	}
 }
 
