@@ -129,8 +129,21 @@ func TestFileSourceSamples(t *testing.T) {
 	if _, err := NewFileSource(filepath.Join("..", "..", "config", "samples"), store, FileOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if n := store.Current().Len(); n != 4 {
-		t.Fatalf("samples compiled to %d rules, want 4", n)
+	if n := store.Current().Len(); n != 8 {
+		t.Fatalf("samples compiled to %d rules, want 8 (one per sample file)", n)
+	}
+	// The samples of the limits beyond the token bucket keep their fields.
+	if r := store.Lookup("shop-c", "list-orders"); r.MaxInFlight != 4 {
+		t.Errorf("concurrency sample: %+v", *r)
+	}
+	if r := store.Lookup("partner-x", "create-order"); r.QuotaLimit != 1_000_000 || r.QuotaZone != "Europe/Paris" {
+		t.Errorf("quota sample: %+v", *r)
+	}
+	if r := store.Lookup("shop-c", "export"); r.Cost == nil || r.Cost.Header != "X-Cost" {
+		t.Errorf("request cost sample: %+v", *r)
+	}
+	if r := store.Lookup("anyone", "chat-completions"); r.Cost == nil || r.Cost.Response == nil {
+		t.Errorf("response cost sample: %+v", *r)
 	}
 	if r := store.Lookup("shop-b", "anything"); r.Source != "default/shop-b-hourly" || r.RefillPeriodMs != 3_600_000 {
 		t.Errorf("shop-b: %+v", *r)
