@@ -62,14 +62,23 @@ func (h *harness) profile(ctx context.Context, gw *gatewayProc, name string, mix
 	}
 	p.LimiterShare = round(p.LimiterShare, 3)
 	p.LimiterPerDec = round(p.LimiterShare*p.CPUPerRequest, 1)
-	flat, err := pprofTop(ctx, file, false, 12)
+	if p.Top, err = flatTop(ctx, file, 12); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// flatTop is a profile's n heaviest functions (flat), one line each.
+func flatTop(ctx context.Context, file string, n int) ([]string, error) {
+	flat, err := pprofTop(ctx, file, false, n)
 	if err != nil {
 		return nil, err
 	}
+	var top []string
 	for _, l := range flat {
-		p.Top = append(p.Top, fmt.Sprintf("%5.1f%% flat %5.1f%% cum  %s", l.flatPct, l.cumPct, shortFunc(l.name)))
+		top = append(top, fmt.Sprintf("%5.1f%% flat %5.1f%% cum  %s", l.flatPct, l.cumPct, shortFunc(l.name)))
 	}
-	return p, nil
+	return top, nil
 }
 
 type pprofLine struct {

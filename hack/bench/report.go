@@ -64,6 +64,17 @@ func (h *harness) plot(m *md, name, alt string) {
 	}
 }
 
+// details writes lines as a code block folded under summary.
+func (m *md) details(summary string, lines []string) {
+	m.para("<details><summary>%s</summary>", summary)
+	m.p("```")
+	for _, l := range lines {
+		m.p("%s", l)
+	}
+	m.p("```")
+	m.para("</details>")
+}
+
 func f3(x float64) string { return fmt.Sprintf("%.3f", x) }
 func f1(x float64) string { return fmt.Sprintf("%.1f", x) }
 func xr(x float64) string { return fmt.Sprintf("%.2f×", x) }
@@ -222,13 +233,7 @@ func (h *harness) mdThroughput(m *md) {
 	m.table([]string{"mode", "gateway CPU µs/request", "limiter share", "limiter CPU µs/decision", "roots"}, rows)
 	for _, md := range t.Modes {
 		if p := md.Profile; p != nil && len(p.Top) > 0 {
-			m.para("<details><summary>%s: heaviest functions (flat)</summary>", md.Mode)
-			m.p("```")
-			for _, l := range p.Top {
-				m.p("%s", l)
-			}
-			m.p("```")
-			m.para("</details>")
+			m.details(md.Mode+": heaviest functions (flat)", p.Top)
 		}
 	}
 }
@@ -385,13 +390,7 @@ func (h *harness) mdRLSProfiles(m *md, runs []RLSRun) {
 		if p == nil {
 			continue
 		}
-		m.para("<details><summary>%s: CPU profile (%s of load after the measured run, `%s`): %s</summary>", x.Mode, h.plan.ProfileDur, p.File, strings.Join(p.Roots, ", "))
-		m.p("```")
-		for _, l := range p.Top {
-			m.p("%s", l)
-		}
-		m.p("```")
-		m.para("</details>")
+		m.details(fmt.Sprintf("%s: CPU profile (%s of load after the measured run, `%s`): %s", x.Mode, h.plan.ProfileDur, p.File, strings.Join(p.Roots, ", ")), p.Top)
 	}
 }
 

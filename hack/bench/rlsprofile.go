@@ -66,12 +66,8 @@ func (h *harness) rlsProfile(ctx context.Context, gw *gatewayProc, client rlsv3.
 			}
 		}
 	}
-	flat, err := pprofTop(ctx, file, false, 15)
-	if err != nil {
+	if p.Top, err = flatTop(ctx, file, 15); err != nil {
 		return nil, err
-	}
-	for _, l := range flat {
-		p.Top = append(p.Top, fmt.Sprintf("%5.1f%% flat %5.1f%% cum  %s", l.flatPct, l.cumPct, shortFunc(l.name)))
 	}
 	return p, nil
 }
