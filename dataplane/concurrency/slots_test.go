@@ -292,3 +292,29 @@ func TestSlowRedisRefuses(t *testing.T) {
 		t.Fatalf("%d counted in flight after a refused acquire", s.InFlight())
 	}
 }
+
+// TestSlowReplyKeepsDeadlines: one reply that arrived late (a loaded
+// machine, a GC pause) must not make the next calls' deadlines early: with
+// the last reply's delay as the estimate, every acquire after it ran "too
+// late" in Redis time and was refused at once.
+func TestSlowReplyKeepsDeadlines(t *testing.T) {
+	srv := redistest.Start(t)
+	s := New(Options{Client: srv.Client(t), GatewayID: "gw", Timeout: 300 * time.Millisecond})
+	l := limit(Key("shop", "slow-reply"), 5, 10*time.Second)
+	first, out := s.Acquire(context.Background(), l) // learns Redis's clock
+	if !out.Allowed {
+		t.Fatalf("first acquire: %+v", out)
+	}
+	first.Release()
+	// A reply read a second after Redis wrote it.
+	now, err := srv.Client(t).Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.clock.observe(now.UnixMilli(), time.Now().Add(time.Second))
+	slot, out := s.Acquire(context.Background(), l)
+	if !out.Allowed {
+		t.Fatalf("acquire after a slow reply: %+v, want allowed", out)
+	}
+	slot.Release()
+}
