@@ -101,9 +101,18 @@ func TestPrefetchAccuracyAcrossTwentyInstances(t *testing.T) {
 	t.Logf("admitted %.0f of %d decisions; ideal %.0f to %.0f (ratio %.4f to %.4f)", got, calls.Load(), low, high, got/high, got/low)
 	// Below the ideal: the batches held when the run stops (instances x
 	// batch, 1.25 %) and batches that expire unspent when a loaded machine
-	// stalls the generator.
-	if got > high*1.05 || got < low*0.97 {
-		t.Fatalf("admitted %.0f, ideal %.0f to %.0f: want within +5%%/-3%%", got, low, high)
+	// stalls the generator. How much a stall costs is the machine's, not
+	// the limiter's: the floor is 3 % below the ideal while the generator
+	// kept at least 90 % of its pace, and 10 % below when it did not
+	// (CI saw 0.94 of the ideal at a load average of 15).
+	floor := 0.97
+	pace := float64(calls.Load()) / (3 * perSecond * tStop.Sub(t0).Seconds())
+	if pace < 0.9 {
+		floor = 0.90
+		t.Logf("the generator kept %.0f%% of its pace: floor %.2f of the ideal", 100*pace, floor)
+	}
+	if got > high*1.05 || got < low*floor {
+		t.Fatalf("admitted %.0f, ideal %.0f to %.0f: want within +5%%/-%.0f%%", got, low, high, 100*(1-floor))
 	}
 	if got > high+instances*batch {
 		t.Fatalf("admitted %.0f exceeds the ideal %.0f by more than instances x batch (%d)", got, high, instances*batch)

@@ -138,13 +138,16 @@ func checkOutage(t *testing.T, samples []sample, openedAt, end time.Time, waitsA
 	if waitsAtEnd != waitsAtOpen {
 		t.Fatalf("%d requests waited for Redis after every breaker had opened, want 0", waitsAtEnd-waitsAtOpen)
 	}
-	admitted := 0
+	admitted, sent := 0, 0
 	for _, s := range samples {
 		if s.status >= 500 {
 			t.Fatalf("a request got %d during the outage: the limiter must not cause 5xx", s.status)
 		}
-		if !s.start.Before(openedAt) && s.start.Before(end) && s.status == 200 {
-			admitted++
+		if !s.start.Before(openedAt) && s.start.Before(end) {
+			sent++
+			if s.status == 200 {
+				admitted++
+			}
 		}
 	}
 	window := end.Sub(openedAt).Seconds()
@@ -152,9 +155,18 @@ func checkOutage(t *testing.T, samples []sample, openedAt, end time.Time, waitsA
 	// (nearly empty: the load is twice the rule) and refill at rate/3 each:
 	// together the rule's rate over the window, plus at most its burst.
 	ideal := outageRate * window
-	if ratio := float64(admitted) / ideal; ratio < 0.85 || float64(admitted) > 1.15*ideal+outageCapacity {
-		t.Fatalf("admitted %d over %.1fs of outage across 3 gateways; the rule allows %.0f (ratio %.2f, want within ±15%%, plus at most the burst)",
-			admitted, window, ideal, ratio)
+	// Above the ideal is the limiter's fault. Below it can be the
+	// machine's: a generator that a loaded machine stalls leaves tokens
+	// unasked for, so the floor is 15 % below the ideal while the load kept
+	// 90 % of its pace (6 x the rule) and 30 % below when it did not.
+	floor := 0.85
+	if pace := float64(sent) / (6 * ideal); pace < 0.9 {
+		floor = 0.70
+		t.Logf("the load kept %.0f%% of its pace: floor %.2f of the ideal", 100*pace, floor)
+	}
+	if ratio := float64(admitted) / ideal; ratio < floor || float64(admitted) > 1.15*ideal+outageCapacity {
+		t.Fatalf("admitted %d over %.1fs of outage across 3 gateways; the rule allows %.0f (ratio %.2f, want within -%.0f%%/+15%%, plus at most the burst)",
+			admitted, window, ideal, ratio, 100*(1-floor))
 	}
 	t.Logf("outage: admitted %d over %.1fs, rule allows %.0f (ratio %.3f)", admitted, window, ideal, float64(admitted)/ideal)
 }
