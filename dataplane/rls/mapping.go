@@ -2,6 +2,7 @@ package rls
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -67,6 +68,12 @@ func badRequest(format string, args ...any) error {
 //   - a descriptor's rate limit override (limit) is ignored: tollgate's
 //     rules decide.
 func (ds *Domains) Map(req *rlsv3.RateLimitRequest) ([]Target, *Domain, error) {
+	return ds.AppendTargets(nil, req)
+}
+
+// AppendTargets is Map appending the targets to dst, so that a caller can
+// keep them in a buffer of its own (on its stack for one descriptor).
+func (ds *Domains) AppendTargets(dst []Target, req *rlsv3.RateLimitRequest) ([]Target, *Domain, error) {
 	dom, err := ds.lookup(req.GetDomain())
 	if err != nil {
 		return nil, nil, &requestError{msg: err.Error()}
@@ -82,13 +89,13 @@ func (ds *Domains) Map(req *rlsv3.RateLimitRequest) ([]Target, *Domain, error) {
 	if reqCost > MaxCost {
 		return nil, dom, badRequest("hits_addend too large: %d, at most %d", reqCost, MaxCost)
 	}
-	out := make([]Target, len(descs))
+	out := slices.Grow(dst[:0], len(descs))
 	for i, d := range descs {
 		t, err := dom.target(d, reqCost)
 		if err != nil {
 			return nil, dom, badRequest("descriptors[%d]: %s", i, err.Error())
 		}
-		out[i] = t
+		out = append(out, t)
 	}
 	return out, dom, nil
 }
