@@ -123,7 +123,8 @@ func (h *harness) rlsFloor(ctx context.Context) (*RLSRun, error) {
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := startProc("rls-floor", filepath.Join(h.logDir, "rls-floor.log"), self, floorFlag, addr)
+	bin, args := h.pin.command(self, floorFlag, addr)
+	p, err := startProc("rls-floor", filepath.Join(h.logDir, "rls-floor.log"), bin, args...)
 	if err != nil {
 		return nil, err
 	}

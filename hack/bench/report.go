@@ -115,7 +115,7 @@ func (h *harness) markdown() string {
 	m.p("- command: `%s` (%.0f s)", r.Meta.Command, r.Meta.Seconds)
 	m.p("- load average (1 min) at the start and end of each scenario: %s; above ~2 something else was using the machine", loadSummary(r.Meta.LoadAvg))
 	m.p("- everything on loopback on this one machine: the load generator (vegeta, open loop, constant rate) and the echo upstream share the two cores with redis-server and the gateway process, so absolute figures are the machine's; each is shown next to a baseline of the same run.")
-	m.p("- CPUs in the latency scenario (gateway, floors, nginx): %s", r.Meta.Pinning)
+	m.p("- CPUs in the latency and rls scenarios (gateway, floors, nginx): %s", r.Meta.Pinning)
 	if r.Meta.Mode == "quick" {
 		m.p("- **quick run**: every scenario briefly, to check the harness works. Not a measurement.")
 	}
@@ -379,7 +379,7 @@ func (h *harness) mdRLS(m *md) {
 			fmt.Sprintf("%.4f", x.ScriptCallsPerDec), fmt.Sprintf("%.4f", x.RoundTripsPerDec), f1(x.RedisCPUPerDecision)})
 	}
 	m.table([]string{"mode", "decisions/s", "failed calls", "p50 ms", "p99 ms", "gateway CPU µs/decision", "vs floor", "decisions per CPU-second", "vs reference", "script calls/decision", "round trips/decision", "redis-server CPU µs/decision"}, rows)
-	m.p("floor: a grpc-go server (this harness, `-serve-rls-floor`) answering every call with one constant OK, under the same callers: the least a rate limit service on grpc-go costs; the target is at most 1.4× its CPU per call.")
+	m.p("floor: a grpc-go server (this harness, `-serve-rls-floor`) answering every call with one constant OK, under the same callers: the least a rate limit service on grpc-go costs; the target is at most 1.4× its CPU per call. CPUs: %s.", h.res.Meta.Pinning)
 	h.mdRLSProfiles(m, r.Modes)
 }
 

@@ -42,7 +42,7 @@ type Meta struct {
 	// LoadAvg is the 1-minute load average at the start and end of each
 	// scenario: other work on the machine shows here.
 	LoadAvg map[string][2]float64 `json:"loadAverage"`
-	// Pinning says how the latency scenario placed the measured processes
+	// Pinning says how the latency and rls scenarios placed the measured processes
 	// on CPUs (taskset), or why it could not.
 	Pinning string `json:"pinning"`
 	Plan    plan   `json:"plan"`

@@ -30,6 +30,14 @@ var rlsRule = ruleSpec{name: "rls-all", tenant: "*", route: "*", capacity: 100, 
 // driven closed-loop by RLSStreams callers over one shared HTTP/2
 // connection, as Envoy sends them, with and without Redis batching.
 func (h *harness) scenarioRLS(ctx context.Context) error {
+	// As in the latency scenario: the callers and Redis on the other CPUs,
+	// the gateway and the floor each alone on the measured one.
+	restore, err := h.pin.pinSelf()
+	if err != nil {
+		return err
+	}
+	defer restore()
+	h.logf("%s", h.pin.describe())
 	res := &RLSResult{Streams: h.plan.RLSStreams, Rule: rlsRule.String(),
 		Mix: newZipfMix(h.cfg.seed, h.plan.Tenants, h.plan.ZipfS, h.plan.HotShare).describe()}
 	h.res.RLS = res
@@ -71,7 +79,7 @@ func (h *harness) rlsRun(ctx context.Context, m limiterMode) (*RLSRun, error) {
 		return nil, err
 	}
 	flags := append([]string{"--rls-listen", fmt.Sprintf("127.0.0.1:%d", port), "--redis-timeout", "100ms"}, m.flags...)
-	gw, err := h.startGateway(ctx, gatewaySpec{name: "gw-rls-" + m.name, rules: manifests(rlsRule), redisAddr: rs.Addr(), extra: flags})
+	gw, err := h.startGateway(ctx, gatewaySpec{name: "gw-rls-" + m.name, rules: manifests(rlsRule), redisAddr: rs.Addr(), extra: flags, pin: true})
 	if err != nil {
 		return nil, err
 	}
