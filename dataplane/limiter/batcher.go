@@ -374,6 +374,7 @@ type call struct {
 	ops        []*op
 	one        [1]*op // ops of a call of one op, without an allocation
 	cmd        *redis.Cmd
+	script     scriptCmd // cmd's arguments
 	cost, want int64
 	deadlineMs int64
 }
@@ -568,12 +569,8 @@ func (bt *Batcher) exec(ctx context.Context, calls []call, resend bool) {
 			pipe = bt.client.Pipeline()
 		}
 		n++
-		keys, args := ScriptCall(&c.ops[0].b, c.cost, c.want, c.deadlineMs, bt.opts.Layout)
-		if resend {
-			c.cmd = tokenBucket.Eval(ctx, pipe, keys, args...)
-		} else {
-			c.cmd = tokenBucket.EvalSha(ctx, pipe, keys, args...)
-		}
+		c.cmd = c.script.command(ctx, &c.ops[0].b, c.cost, c.want, c.deadlineMs, bt.opts.Layout, resend)
+		_ = pipe.Process(ctx, c.cmd) // queued; Exec answers it
 	}
 	if n == 0 {
 		return

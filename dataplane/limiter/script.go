@@ -53,8 +53,13 @@ func ParseLayout(s string) (Layout, error) {
 // a charge that may leave the bucket in debt (ARGV[10], the debt floor). Tools that call the script themselves
 // (the benchmark) build their calls here too.
 func ScriptCall(b *Bucket, cost, want, deadlineMs int64, layout Layout) (keys []string, args []any) {
+	return new(scriptArgs).fill(b, cost, want, deadlineMs, layout)
+}
+
+// fill sets a to the arguments of ScriptCall and returns them.
+func (a *scriptArgs) fill(b *Bucket, cost, want, deadlineMs int64, layout Layout) (keys []string, args []any) {
 	hash, field := Storage(b.Key)
-	a := &scriptArgs{keys: [2]string{hash, b.Key}, capacity: b.Capacity, ints: [6]int64{
+	*a = scriptArgs{keys: [2]string{hash, b.Key}, capacity: b.Capacity, ints: [6]int64{
 		b.RefillTokens, b.RefillPeriodMs, cost, want, deadlineMs, max(1, b.Unit)}, field: field}
 	var compat any = "0" // a constant in an interface: no allocation
 	if layout == LayoutCompat {
@@ -90,6 +95,44 @@ type scriptArgs struct {
 	field    string
 	maxDebt  float64
 	argv     [10]any
+}
+
+// scriptCmd is one call of the script as a go-redis command, its
+// arguments kept in it: the Batcher keeps one per call in the batch's one
+// allocation, where go-redis's Script.EvalSha would copy the arguments
+// into a slice of its own and box the SHA and every key.
+type scriptCmd struct {
+	args scriptArgs
+	// argv is EVALSHA (or EVAL), the SHA (or the script), the number of
+	// keys, the keys and the arguments: 2 + 4 + 19 at most (a quota).
+	argv [25]any
+}
+
+// Scripts by SHA and by text, for scriptCmd.
+var (
+	tokenBucketSHA = tokenBucket.Hash()
+	tokenBucketSrc = lua.TokenBucket
+)
+
+// command returns the call of the script for a Take of b (see ScriptCall)
+// by SHA, or with the script's text when withText.
+func (s *scriptCmd) command(ctx context.Context, b *Bucket, cost, want, deadlineMs int64, layout Layout, withText bool) *redis.Cmd {
+	keys, args := s.args.fill(b, cost, want, deadlineMs, layout)
+	v := append(s.argv[:0], "evalsha", &tokenBucketSHA, len(keys))
+	if withText {
+		v = append(v[:0], "eval", &tokenBucketSrc, len(keys))
+	}
+	// The first key as a string: a Cluster client hashes it to find the
+	// slot (a pointer would be hashed as text of its address). The others
+	// are only written, and go-redis writes a *string as its value.
+	v = append(v, keys[0])
+	for i := 1; i < len(keys); i++ {
+		v = append(v, &keys[i])
+	}
+	v = append(v, args...)
+	cmd := redis.NewCmd(ctx, v...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
 }
 
 // Storage is where the bucket named key lives in Redis: a field of a hash.
@@ -160,7 +203,8 @@ var errExpired = errors.New("reached Redis after its deadline")
 // and, for a call with a quota, {quota remaining, quota reset, quota short}.
 // Errors never quote the key: it holds a tenant id.
 func parseReply(cmd *redis.Cmd) (TakeResult, int64, error) {
-	vals, err := cmd.Int64Slice()
+	var buf [8]int64
+	vals, err := int64s(cmd, buf[:0])
 	if err != nil {
 		return TakeResult{}, 0, fmt.Errorf("token bucket script: %w", err)
 	}
@@ -175,6 +219,23 @@ func parseReply(cmd *redis.Cmd) (TakeResult, int64, error) {
 		r.Quota = QuotaResult{Set: true, Remaining: vals[5], ResetMs: vals[6], Short: vals[7] == 1}
 	}
 	return r, vals[4], nil
+}
+
+// int64s appends the integers of cmd's array reply to dst (on the
+// caller's stack, where Cmd.Int64Slice would allocate).
+func int64s(cmd *redis.Cmd, dst []int64) ([]int64, error) {
+	vals, err := cmd.Slice()
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vals {
+		n, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("unexpected element type %T in the reply, want int64", v)
+		}
+		dst = append(dst, n)
+	}
+	return dst, nil
 }
 
 func isNoScript(err error) bool {
