@@ -111,9 +111,9 @@ func serveRLSFloor(addr string) error {
 	return s.Serve(lis)
 }
 
-// rlsFloor measures the floor under the scenario's load: CPU per call of a
-// grpc-go server that does nothing but answer.
-func (h *harness) rlsFloor(ctx context.Context) (*RLSRun, error) {
+// rlsFloor starts the floor of the rls scenario: a grpc-go server that
+// does nothing but answer (this harness, floorFlag).
+func (h *harness) rlsFloor(ctx context.Context) (*rlsTarget, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -128,24 +128,10 @@ func (h *harness) rlsFloor(ctx context.Context) (*RLSRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer p.Kill()
 	client, closeConn, err := rlsClient(ctx, addr)
 	if err != nil {
+		p.Kill()
 		return nil, err
 	}
-	defer closeConn()
-	h.driveRLS(ctx, client, h.plan.Warmup)
-	cpu0, err := cpuTime(p.Pid())
-	if err != nil {
-		return nil, err
-	}
-	t0 := time.Now()
-	lat, failed := h.driveRLS(ctx, client, h.plan.RLSDur)
-	elapsed := time.Since(t0)
-	cpu1, err := cpuTime(p.Pid())
-	if err != nil {
-		return nil, err
-	}
-	calls := float64(len(lat))
-	return newRLSRun("floor", lat, failed, elapsed, counters{cpu: cpu1 - cpu0, decisions: calls}, 0, 0), nil
+	return &rlsTarget{name: "floor", client: client, pid: p.Pid(), close: func() { closeConn(); p.Kill() }}, nil
 }

@@ -366,8 +366,8 @@ func (h *harness) mdRLS(m *md) {
 	if r == nil {
 		return
 	}
-	m.section("8. Envoy rate limit service (baseline: classic)", "%d callers, each a closed loop of unary `ShouldRateLimit` calls over one shared HTTP/2 connection (as Envoy sends them), for %s after %s of warm-up; one descriptor per call, tenants from the mix (%s). Rule: %s. Reference: Envoy's Go ratelimit service, ~%d decisions/s at ~%d µs CPU per decision (%.0f decisions per CPU-second) and %d Redis commands per decision; the target is at least 2× its decisions per CPU-second.",
-		r.Streams, h.plan.RLSDur, h.plan.Warmup, r.Mix, r.Rule, refRLSDecisionsPerSecond, refRLSCPUMicrosPerDec, 1e6/refRLSCPUMicrosPerDec, refRLSRedisPerDecision)
+	m.section("8. Envoy rate limit service (baseline: classic)", "%d callers, each a closed loop of unary `ShouldRateLimit` calls over one shared HTTP/2 connection (as Envoy sends them), for %s after %s of warm-up, in %d rounds: each mode's gateway and the floor driven in turn for a round's share of the time, so that the machine's load changing during the run weighs on them alike; one descriptor per call, tenants from the mix (%s). Rule: %s. Reference: Envoy's Go ratelimit service, ~%d decisions/s at ~%d µs CPU per decision (%.0f decisions per CPU-second) and %d Redis commands per decision; the target is at least 2× its decisions per CPU-second.",
+		r.Streams, h.plan.RLSDur, h.plan.Warmup, rlsRounds, r.Mix, r.Rule, refRLSDecisionsPerSecond, refRLSCPUMicrosPerDec, 1e6/refRLSCPUMicrosPerDec, refRLSRedisPerDecision)
 	var rows [][]string
 	runs := r.Modes
 	if r.Floor != nil {

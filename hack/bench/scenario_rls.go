@@ -26,12 +26,21 @@ const (
 // some calls are over the limit.
 var rlsRule = ruleSpec{name: "rls-all", tenant: "*", route: "*", capacity: 100, perSecond: 50}
 
+// rlsRounds is how many parts the measured time of the rls scenario is
+// cut into: each target (a limiter mode's gateway, the floor) is driven in
+// turn for one part, round after round, so that a machine that gets busier
+// or quieter during the run weighs on the gateway and on the floor alike.
+const rlsRounds = 4
+
 // scenarioRLS (8): the Envoy rate limit service (gRPC ShouldRateLimit)
 // driven closed-loop by RLSStreams callers over one shared HTTP/2
-// connection, as Envoy sends them, with and without Redis batching.
+// connection, as Envoy sends them, with and without Redis batching, next to
+// the floor (a grpc-go server answering a constant OK), in interleaved
+// rounds.
 func (h *harness) scenarioRLS(ctx context.Context) error {
 	// As in the latency scenario: the callers and Redis on the other CPUs,
-	// the gateway and the floor each alone on the measured one.
+	// the gateways and the floor each alone on the measured one (only the
+	// one being driven is busy).
 	restore, err := h.pin.pinSelf()
 	if err != nil {
 		return err
@@ -41,86 +50,183 @@ func (h *harness) scenarioRLS(ctx context.Context) error {
 	res := &RLSResult{Streams: h.plan.RLSStreams, Rule: rlsRule.String(),
 		Mix: newZipfMix(h.cfg.seed, h.plan.Tenants, h.plan.ZipfS, h.plan.HotShare).describe()}
 	h.res.RLS = res
+	var targets []*rlsTarget
+	defer func() {
+		for _, t := range targets {
+			t.close()
+		}
+	}()
 	for _, m := range limiterModes {
 		if m.name != "batched" && m.name != "classic" {
 			continue
 		}
-		run, err := h.rlsRun(ctx, m)
+		t, err := h.rlsGateway(ctx, m)
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
-		res.Modes = append(res.Modes, *run)
-		h.logf("%-8s %6.0f decisions/s, p99 %.2f ms, gateway %.1f µs CPU/decision (%.0f decisions per CPU-second, %.2f× the reference), %.3f script calls/decision",
-			m.name, run.PerSecond, run.P99, run.CPUPerDecision, run.PerCPUSecond, run.VsReference, run.ScriptCallsPerDec)
+		targets = append(targets, t)
 	}
 	floor, err := h.rlsFloor(ctx)
 	if err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
-	res.Floor = floor
-	for i := range res.Modes {
-		if floor.CPUPerDecision > 0 {
-			res.Modes[i].VsFloor = round(res.Modes[i].CPUPerDecision/floor.CPUPerDecision, 2)
+	targets = append(targets, floor)
+	for _, t := range targets {
+		h.driveRLS(ctx, t.client, h.plan.Warmup) // connections, pools, caches
+		if err := t.begin(ctx); err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
 		}
 	}
-	h.logf("floor    %6.0f calls/s, p99 %.2f ms, %.1f µs CPU/call (a grpc-go server answering a constant OK)", floor.PerSecond, floor.P99, floor.CPUPerDecision)
+	part := h.plan.RLSDur / rlsRounds
+	for round := range rlsRounds {
+		for i := range targets {
+			// Each round starts with the next target, so that none always
+			// runs right after another.
+			t := targets[(round+i)%len(targets)]
+			if err := t.drive(ctx, h, part); err != nil {
+				return fmt.Errorf("%s: %w", t.name, err)
+			}
+		}
+	}
+	for _, t := range targets {
+		run, err := t.finish(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
+		}
+		if t.gw == nil {
+			res.Floor = run
+			continue
+		}
+		if run.Profile, err = h.rlsProfile(ctx, t.gw, t.client, t.name); err != nil {
+			h.logf("rls %s: no CPU profile: %v", t.name, err)
+		}
+		res.Modes = append(res.Modes, *run)
+	}
+	for i := range res.Modes {
+		run := &res.Modes[i]
+		if res.Floor.CPUPerDecision > 0 {
+			run.VsFloor = round(run.CPUPerDecision/res.Floor.CPUPerDecision, 2)
+		}
+		h.logf("%-8s %6.0f decisions/s, p99 %.2f ms, gateway %.1f µs CPU/decision (%.0f decisions per CPU-second, %.2f× the reference, %.2f× the floor), %.3f script calls/decision",
+			run.Mode, run.PerSecond, run.P99, run.CPUPerDecision, run.PerCPUSecond, run.VsReference, run.VsFloor, run.ScriptCallsPerDec)
+	}
+	f := res.Floor
+	h.logf("floor    %6.0f calls/s, p99 %.2f ms, %.1f µs CPU/call (a grpc-go server answering a constant OK)", f.PerSecond, f.P99, f.CPUPerDecision)
 	return nil
 }
 
-// rlsRun measures one limiter mode on a fresh Redis and gateway.
-func (h *harness) rlsRun(ctx context.Context, m limiterMode) (*RLSRun, error) {
-	rs, err := h.startRedis(ctx, "redis-rls-"+m.name)
-	if err != nil {
+// rlsTarget is one process the rls scenario drives: a gateway in one
+// limiter mode (with its own Redis), or the floor. What its rounds measured
+// adds up in it.
+type rlsTarget struct {
+	name   string
+	client rlsv3.RateLimitServiceClient
+	gw     *gatewayProc // nil for the floor
+	rs     *redisServer // the gateway's Redis
+	pid    int          // the floor's process
+	close  func()
+
+	lat     []time.Duration
+	failed  int64
+	elapsed time.Duration
+	d       counters // the gateway's, or the floor's CPU and calls
+	rcpu0   time.Duration
+}
+
+// rlsGateway starts a gateway in mode m with a Redis of its own.
+func (h *harness) rlsGateway(ctx context.Context, m limiterMode) (t *rlsTarget, err error) {
+	t = &rlsTarget{name: m.name}
+	var closers []func()
+	t.close = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			t.close()
+		}
+	}()
+	if t.rs, err = h.startRedis(ctx, "redis-rls-"+m.name); err != nil {
 		return nil, err
 	}
-	defer rs.Kill()
+	closers = append(closers, func() { t.rs.Kill() })
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	flags := append([]string{"--rls-listen", fmt.Sprintf("127.0.0.1:%d", port), "--redis-timeout", "100ms"}, m.flags...)
-	gw, err := h.startGateway(ctx, gatewaySpec{name: "gw-rls-" + m.name, rules: manifests(rlsRule), redisAddr: rs.Addr(), extra: flags, pin: true})
-	if err != nil {
+	if t.gw, err = h.startGateway(ctx, gatewaySpec{name: "gw-rls-" + m.name, rules: manifests(rlsRule), redisAddr: t.rs.Addr(), extra: flags, pin: true}); err != nil {
 		return nil, err
 	}
-	defer gw.stop()
+	closers = append(closers, t.gw.stop)
 	client, closeConn, err := rlsClient(ctx, fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
 		return nil, err
 	}
-	defer closeConn()
-	h.driveRLS(ctx, client, h.plan.Warmup) // connections, pools, caches
+	closers = append(closers, closeConn)
+	t.client = client
+	return t, nil
+}
 
-	rc := rs.client()
+// begin starts the measured time: Redis's statistics and CPU from here.
+func (t *rlsTarget) begin(ctx context.Context) error {
+	if t.rs == nil {
+		return nil
+	}
+	rc := t.rs.client()
 	defer rc.Close()
 	if err := rc.ConfigResetStat(ctx).Err(); err != nil {
-		return nil, err
+		return err
 	}
-	rcpu0, _ := cpuTime(rs.Pid())
-	var (
-		lat     []time.Duration
-		failed  int64
-		elapsed time.Duration
-	)
-	d, err := gw.measure(ctx, func() error {
-		t0 := time.Now()
-		lat, failed = h.driveRLS(ctx, client, h.plan.RLSDur)
-		elapsed = time.Since(t0)
-		return nil
-	})
+	t.rcpu0, _ = cpuTime(t.rs.Pid())
+	return nil
+}
+
+// snapshot is what the target's process has spent so far.
+func (t *rlsTarget) snapshot(ctx context.Context) (counters, error) {
+	if t.gw != nil {
+		return t.gw.counters(ctx)
+	}
+	cpu, err := cpuTime(t.pid)
+	return counters{cpu: cpu}, err
+}
+
+// drive runs the callers against t for d and adds up what it cost.
+func (t *rlsTarget) drive(ctx context.Context, h *harness, d time.Duration) error {
+	c0, err := t.snapshot(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	rcpu1, _ := cpuTime(rs.Pid())
+	t0 := time.Now()
+	lat, failed := h.driveRLS(ctx, t.client, d)
+	elapsed := time.Since(t0)
+	c1, err := t.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	diff := c1.sub(c0)
+	if t.gw == nil {
+		diff.decisions = float64(len(lat)) // the floor counts no decisions
+	}
+	t.lat, t.failed, t.elapsed = append(t.lat, lat...), t.failed+failed, t.elapsed+elapsed
+	t.d = counters{t.d.cpu + diff.cpu, t.d.decisions + diff.decisions, t.d.roundTrips + diff.roundTrips, t.d.commands + diff.commands, t.d.redisDecs + diff.redisDecs}
+	return nil
+}
+
+// finish turns the rounds into t's figures.
+func (t *rlsTarget) finish(ctx context.Context) (*RLSRun, error) {
+	if t.rs == nil {
+		return newRLSRun("floor", t.lat, t.failed, t.elapsed, t.d, 0, 0), nil
+	}
+	rcpu1, _ := cpuTime(t.rs.Pid())
+	rc := t.rs.client()
+	defer rc.Close()
 	calls, err := scriptCalls(ctx, rc)
 	if err != nil {
 		return nil, err
 	}
-	run := newRLSRun(m.name, lat, failed, elapsed, d, calls, rcpu1-rcpu0)
-	if run.Profile, err = h.rlsProfile(ctx, gw, client, m.name); err != nil {
-		h.logf("rls %s: no CPU profile: %v", m.name, err)
-	}
-	return run, nil
+	return newRLSRun(t.name, t.lat, t.failed, t.elapsed, t.d, calls, rcpu1-t.rcpu0), nil
 }
 
 // newRLSRun turns what one run measured into its figures.
