@@ -115,7 +115,7 @@ func (h *harness) markdown() string {
 	m.p("- command: `%s` (%.0f s)", r.Meta.Command, r.Meta.Seconds)
 	m.p("- load average (1 min) at the start and end of each scenario: %s; above ~2 something else was using the machine", loadSummary(r.Meta.LoadAvg))
 	m.p("- everything on loopback on this one machine: the load generator (vegeta, open loop, constant rate) and the echo upstream share the two cores with redis-server and the gateway process, so absolute figures are the machine's; each is shown next to a baseline of the same run.")
-	m.p("- CPUs in the latency and rls scenarios (gateway, floors, nginx): %s", r.Meta.Pinning)
+	m.p("- CPUs in the latency scenario's CPU comparison and the rls scenario (gateway, floors, nginx): %s", r.Meta.Pinning)
 	if r.Meta.Mode == "quick" {
 		m.p("- **quick run**: every scenario briefly, to check the harness works. Not a measurement.")
 	}
@@ -180,14 +180,14 @@ func (h *harness) mdLatency(m *md) {
 	for _, s := range l.Steps {
 		rows = append(rows, latencyRow(fmt.Sprint(s.Rate), s))
 	}
-	refs := map[string][]LatencyStep{"nginx": l.Nginx, "net/http floor": l.ProxyFloor, "fasthttp floor": l.FastFloor}
-	for _, name := range []string{"nginx", "net/http floor", "fasthttp floor"} {
+	refs := map[string][]LatencyStep{"gateway, pinned": l.Pinned, "nginx": l.Nginx, "net/http floor": l.ProxyFloor, "fasthttp floor": l.FastFloor}
+	for _, name := range []string{"gateway, pinned", "nginx", "net/http floor", "fasthttp floor"} {
 		for _, s := range refs[name] {
 			rows = append(rows, latencyRow(fmt.Sprintf("%d (%s)", s.Rate, name), s))
 		}
 	}
 	m.table([]string{"req/s", "p50 direct", "p50 gw", "added", "p99 direct", "p99 gw", "added", "p99.9 direct", "p99.9 gw", "added", "p99 gw/direct", "gw CPU µs/req", "errors"}, rows)
-	m.p("Latencies in ms. CPU: the gateway process's utime+stime (/proc) per proxied request. References at the first rate: nginx, the net/http floor (a bare `httputil.ReverseProxy` with the gateway's transport settings: Go's HTTP engine alone, without the limiter) and the fasthttp floor (a bare `valyala/fasthttp` server + `HostClient` proxy with the same settings where they map, `hack/engineeval`). CPUs: %s.", h.res.Meta.Pinning)
+	m.p("Latencies in ms. CPU: the gateway process's utime+stime (/proc) per proxied request. The rates run unpinned (the load generator, the upstream and Redis could not keep up on one CPU). Then, at the first rate, each measured process alone on one CPU (CPUs: %s): the gateway again (the CPU compared with nginx in the targets), and the references: nginx, the net/http floor (a bare `httputil.ReverseProxy` with the gateway's transport settings: Go's HTTP engine alone, without the limiter) and the fasthttp floor (a bare `valyala/fasthttp` server + `HostClient` proxy with the same settings where they map, `hack/engineeval`).", h.res.Meta.Pinning)
 	if l.Note != "" {
 		m.p("")
 		m.p("%s", l.Note)

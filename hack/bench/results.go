@@ -81,6 +81,9 @@ type LatencyResult struct {
 	Rule  string        `json:"rule"`
 	Steps []LatencyStep `json:"steps"`
 	Nginx []LatencyStep `json:"nginx,omitempty"`
+	// Pinned is the gateway at the first rate alone on the measured CPU,
+	// as nginx and the floors run: the CPU comparison's gateway figure.
+	Pinned []LatencyStep `json:"pinnedGateway,omitempty"`
 	// ProxyFloor is a bare httputil.ReverseProxy with the gateway's
 	// transport, at the first rate.
 	ProxyFloor []LatencyStep `json:"proxyFloor,omitempty"`

@@ -98,8 +98,12 @@ func cpuVsNginx(h *harness) []measured {
 		return nil
 	}
 	var out []measured
+	gateway := h.res.Latency.Pinned // placed on CPUs as nginx was
+	if len(gateway) == 0 {
+		gateway = h.res.Latency.Steps
+	}
 	for _, n := range h.res.Latency.Nginx {
-		for _, s := range h.res.Latency.Steps {
+		for _, s := range gateway {
 			if s.Rate != n.Rate || n.CPUPerRequest <= 0 {
 				continue
 			}
