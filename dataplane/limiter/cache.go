@@ -85,9 +85,13 @@ type cacheEntry struct {
 	quotaAt time.Time
 
 	// Empty-bucket cache: no request of cost >= emptyCost passes before
-	// emptyUntil.
+	// emptyUntil. emptyQuota is the quota as the refusal said it (at
+	// emptyAt): whether the quota refused, which a reply handled later (a
+	// late grant, a concurrent call's) must not overwrite.
 	emptyUntil time.Time
 	emptyCost  int64
+	emptyQuota QuotaResult
+	emptyAt    time.Time
 
 	// Prefetched tokens.
 	tokens    int64
@@ -178,7 +182,11 @@ func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, 
 func (e *cacheEntry) answer(b *Bucket, cost int64, now time.Time) (TakeResult, bool) {
 	if now.Before(e.emptyUntil) && cost >= e.emptyCost {
 		wait := e.emptyUntil.Sub(now)
-		return TakeResult{WaitMs: ceilMs(wait), ResetMs: ceilMs(resetAfter(*b, 0)), Quota: e.quotaNow(now, 0), Cached: true}, true
+		q := e.emptyQuota
+		if q.Set {
+			q.ResetMs = max(0, q.ResetMs-now.Sub(e.emptyAt).Milliseconds())
+		}
+		return TakeResult{WaitMs: ceilMs(wait), ResetMs: ceilMs(resetAfter(*b, 0)), Quota: q, Cached: true}, true
 	}
 	if e.tokens >= cost && now.Before(e.expires) {
 		e.tokens -= cost
@@ -217,6 +225,7 @@ func (c *Cache) fetch(ctx context.Context, sh *cacheShard, b Bucket, cost, want 
 	if r.Granted < cost {
 		if !c.opts.NoEmptyCache && r.WaitMs > 0 {
 			e.emptyUntil, e.emptyCost = now.Add(time.Duration(r.WaitMs)*time.Millisecond), cost
+			e.emptyQuota, e.emptyAt = r.Quota, now
 		}
 		return r, nil
 	}
