@@ -191,16 +191,22 @@ type statusParts struct {
 // remaining, two IETF headers, Retry-After and the shadow header.
 const maxHeaders = 6
 
-func (s *Server) response(results []decided) *rlsv3.RateLimitResponse {
+// newAnswer returns an OK response with room for n descriptors' statuses,
+// and the parts to build them in.
+func newAnswer(n int) (*answer, []statusParts) {
 	a := new(answer)
-	res := &a.res
-	res.OverallCode = rlsv3.RateLimitResponse_OK
-	statuses, parts := a.statuses[:], a.parts[:]
-	if len(results) > 1 {
-		statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(results))
-		parts = make([]statusParts, len(results))
+	a.res.OverallCode = rlsv3.RateLimitResponse_OK
+	a.res.Statuses = a.statuses[:]
+	if n > 1 {
+		a.res.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
+		return a, make([]statusParts, n)
 	}
-	res.Statuses = statuses
+	return a, a.parts[:]
+}
+
+func (s *Server) response(results []decided) *rlsv3.RateLimitResponse {
+	a, parts := newAnswer(len(results))
+	res := &a.res
 	var (
 		tightest   = -1  // the most constrained descriptor
 		retry      int64 // the largest Retry-After of over-limit descriptors

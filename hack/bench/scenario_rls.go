@@ -50,27 +50,15 @@ func (h *harness) scenarioRLS(ctx context.Context) error {
 	res := &RLSResult{Streams: h.plan.RLSStreams, Rule: rlsRule.String(),
 		Mix: newZipfMix(h.cfg.seed, h.plan.Tenants, h.plan.ZipfS, h.plan.HotShare).describe()}
 	h.res.RLS = res
-	var targets []*rlsTarget
+	targets, err := h.rlsTargets(ctx)
 	defer func() {
 		for _, t := range targets {
 			t.close()
 		}
 	}()
-	for _, m := range limiterModes {
-		if m.name != "batched" && m.name != "classic" {
-			continue
-		}
-		t, err := h.rlsGateway(ctx, m)
-		if err != nil {
-			return fmt.Errorf("%s: %w", m.name, err)
-		}
-		targets = append(targets, t)
-	}
-	floor, err := h.rlsFloor(ctx)
 	if err != nil {
-		return fmt.Errorf("floor: %w", err)
+		return err
 	}
-	targets = append(targets, floor)
 	for _, t := range targets {
 		h.driveRLS(ctx, t.client, h.plan.Warmup) // connections, pools, caches
 		if err := t.begin(ctx); err != nil {
@@ -102,6 +90,13 @@ func (h *harness) scenarioRLS(ctx context.Context) error {
 		}
 		res.Modes = append(res.Modes, *run)
 	}
+	h.rlsCompare(res)
+	return nil
+}
+
+// rlsCompare sets each mode's CPU per decision against the floor's and
+// logs the figures.
+func (h *harness) rlsCompare(res *RLSResult) {
 	for i := range res.Modes {
 		run := &res.Modes[i]
 		if res.Floor.CPUPerDecision > 0 {
@@ -112,7 +107,28 @@ func (h *harness) scenarioRLS(ctx context.Context) error {
 	}
 	f := res.Floor
 	h.logf("floor    %6.0f calls/s, p99 %.2f ms, %.1f µs CPU/call (a grpc-go server answering a constant OK)", f.PerSecond, f.P99, f.CPUPerDecision)
-	return nil
+}
+
+// rlsTargets starts what the rls scenario measures: a gateway in each of
+// the batched and classic modes, and the floor. On an error, the ones
+// started are returned too, to be closed.
+func (h *harness) rlsTargets(ctx context.Context) ([]*rlsTarget, error) {
+	var targets []*rlsTarget
+	for _, m := range limiterModes {
+		if m.name != "batched" && m.name != "classic" {
+			continue
+		}
+		t, err := h.rlsGateway(ctx, m)
+		if err != nil {
+			return targets, fmt.Errorf("%s: %w", m.name, err)
+		}
+		targets = append(targets, t)
+	}
+	floor, err := h.rlsFloor(ctx)
+	if err != nil {
+		return targets, fmt.Errorf("floor: %w", err)
+	}
+	return append(targets, floor), nil
 }
 
 // rlsTarget is one process the rls scenario drives: a gateway in one
