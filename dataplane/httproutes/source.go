@@ -4,19 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/tollgate-dev/tollgate/internal/lib/kubewatch"
 	"github.com/tollgate-dev/tollgate/pkg/routetable"
 )
 
@@ -63,19 +58,10 @@ func (s *Source) Run(ctx context.Context) error {
 	if s.opts.Namespace == "" || s.opts.Name == "" {
 		return errors.New("route table source: Namespace and Name are required")
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(s.client, 10*time.Minute,
-		informers.WithNamespace(s.opts.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.opts.Name).String()
-		}),
-	)
+	factory := kubewatch.OneObject(s.client, s.opts.Namespace, s.opts.Name)
 	inf := factory.Core().V1().ConfigMaps().Informer()
-	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-			return
-		}
-		s.report(fmt.Errorf("watching route table ConfigMap %s/%s: %w", s.opts.Namespace, s.opts.Name, err))
-	}); err != nil {
+	what := fmt.Sprintf("route table ConfigMap %s/%s", s.opts.Namespace, s.opts.Name)
+	if err := inf.SetWatchErrorHandlerWithContext(kubewatch.ErrorHandler(what, s.report)); err != nil {
 		return err
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{

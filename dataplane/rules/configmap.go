@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -19,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/tollgate-dev/tollgate/internal/lib/kubewatch"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -263,7 +262,7 @@ func sameSnapshot(a, b *snapshot.Set) bool {
 // watchError reports list and watch failures, except the routine ends of a
 // watch that the informer recovers from silently.
 func (s *ConfigMapSource) watchError(_ context.Context, _ *cache.Reflector, err error) {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+	if kubewatch.RoutineEnd(err) {
 		return
 	}
 	s.mu.Lock() // callbacks never run concurrently
