@@ -249,6 +249,10 @@ func (t timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // bufferPool recycles the 32 KiB copy buffers of the reverse proxies.
 type bufferPool struct{ p sync.Pool }
 
+// NewBufferPool returns a pool of copy buffers like the one the gateway's
+// reverse proxies use, for a bare proxy measured against them.
+func NewBufferPool() httputil.BufferPool { return new(bufferPool) }
+
 func (b *bufferPool) Get() []byte {
 	if v := b.p.Get(); v != nil {
 		return *v.(*[]byte)

@@ -35,7 +35,18 @@ const streamWorkers = 64
 // recycled after 10 minutes (a GOAWAY, with 30s for calls in flight), so
 // clients spread over new gateway replicas after a scale-up.
 func NewGRPCServer(s *Server, h *health.Server, extra ...grpc.ServerOption) *grpc.Server {
-	opts := append([]grpc.ServerOption{
+	gs := grpc.NewServer(append(ServerOptions(), extra...)...)
+	rlsv3.RegisterRateLimitServiceServer(gs, s)
+	if h != nil {
+		healthgrpc.RegisterHealthServer(gs, h)
+	}
+	return gs
+}
+
+// ServerOptions are the gRPC server options NewGRPCServer uses (a bare
+// server measured against the service takes them too).
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time:                  time.Minute,
@@ -45,11 +56,5 @@ func NewGRPCServer(s *Server, h *health.Server, extra ...grpc.ServerOption) *grp
 		}),
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
 		grpc.NumStreamWorkers(streamWorkers),
-	}, extra...)
-	gs := grpc.NewServer(opts...)
-	rlsv3.RegisterRateLimitServiceServer(gs, s)
-	if h != nil {
-		healthgrpc.RegisterHealthServer(gs, h)
 	}
-	return gs
 }

@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tollgate-dev/tollgate/dataplane/proxy"
+	"github.com/tollgate-dev/tollgate/dataplane/rls"
 	"github.com/tollgate-dev/tollgate/hack/engineeval"
 )
 
@@ -30,8 +31,8 @@ const floorFlag = "-serve-rls-floor"
 
 // proxyFloorFlag makes this program the latency scenario's HTTP floor:
 // `bench -serve-proxy-floor ADDR UPSTREAM` serves a bare
-// httputil.ReverseProxy to UPSTREAM with the gateway's transport settings,
-// the least a Go net/http proxy costs.
+// httputil.ReverseProxy to UPSTREAM with the gateway's transport settings
+// and copy buffers, the least a Go net/http proxy costs.
 const proxyFloorFlag = "-serve-proxy-floor"
 
 // fastFloorFlag makes this program the latency scenario's fasthttp floor:
@@ -64,7 +65,7 @@ func floorMain() bool {
 }
 
 // serveProxyFloor serves a bare reverse proxy to upstream on addr until the
-// process is killed, with the gateway's transport.
+// process is killed, with the gateway's transport and copy buffers.
 func serveProxyFloor(addr, upstream string) error {
 	u, err := url.Parse(upstream)
 	if err != nil {
@@ -72,6 +73,7 @@ func serveProxyFloor(addr, upstream string) error {
 	}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.Transport = proxy.NewTransport(30 * time.Second)
+	rp.BufferPool = proxy.NewBufferPool()
 	srv := &http.Server{Addr: addr, Handler: rp, ReadHeaderTimeout: 10 * time.Second}
 	return srv.ListenAndServe()
 }
@@ -96,13 +98,14 @@ func (f *floorServer) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) 
 	return f.res, nil
 }
 
-// serveRLSFloor serves the floor on addr until the process is killed.
+// serveRLSFloor serves the floor on addr until the process is killed, with
+// the service's gRPC server options (keepalive, kept stream workers).
 func serveRLSFloor(addr string) error {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	s := grpc.NewServer()
+	s := grpc.NewServer(rls.ServerOptions()...)
 	rlsv3.RegisterRateLimitServiceServer(s, &floorServer{res: &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OK}},

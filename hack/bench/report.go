@@ -187,7 +187,7 @@ func (h *harness) mdLatency(m *md) {
 		}
 	}
 	m.table([]string{"req/s", "p50 direct", "p50 gw", "added", "p99 direct", "p99 gw", "added", "p99.9 direct", "p99.9 gw", "added", "p99 gw/direct", "gw CPU µs/req", "errors"}, rows)
-	m.p("Latencies in ms. CPU: the gateway process's utime+stime (/proc) per proxied request. The rates run unpinned (the load generator, the upstream and Redis could not keep up on one CPU). Then, at the first rate, each measured process alone on one CPU (CPUs: %s): the gateway again (the CPU compared with nginx in the targets), and the references: nginx, the net/http floor (a bare `httputil.ReverseProxy` with the gateway's transport settings: Go's HTTP engine alone, without the limiter) and the fasthttp floor (a bare `valyala/fasthttp` server + `HostClient` proxy with the same settings where they map, `hack/engineeval`).", h.res.Meta.Pinning)
+	m.p("Latencies in ms. CPU: the gateway process's utime+stime (/proc) per proxied request. The rates run unpinned (the load generator, the upstream and Redis could not keep up on one CPU). Then, at the first rate, each measured process alone on one CPU (CPUs: %s): the gateway again (the CPU compared with nginx in the targets), and the references: nginx, the net/http floor (a bare `httputil.ReverseProxy` with the gateway's transport settings and pooled copy buffers: Go's HTTP engine alone, without the limiter) and the fasthttp floor (a bare `valyala/fasthttp` server + `HostClient` proxy with the same settings where they map, `hack/engineeval`).", h.res.Meta.Pinning)
 	if l.Note != "" {
 		m.p("")
 		m.p("%s", l.Note)
@@ -379,7 +379,7 @@ func (h *harness) mdRLS(m *md) {
 			fmt.Sprintf("%.4f", x.ScriptCallsPerDec), fmt.Sprintf("%.4f", x.RoundTripsPerDec), f1(x.RedisCPUPerDecision)})
 	}
 	m.table([]string{"mode", "decisions/s", "failed calls", "p50 ms", "p99 ms", "gateway CPU µs/decision", "vs floor", "decisions per CPU-second", "vs reference", "script calls/decision", "round trips/decision", "redis-server CPU µs/decision"}, rows)
-	m.p("floor: a grpc-go server (this harness, `-serve-rls-floor`) answering every call with one constant OK, under the same callers: the least a rate limit service on grpc-go costs; the target is at most 1.4× its CPU per call. CPUs: %s.", h.res.Meta.Pinning)
+	m.p("floor: a grpc-go server (this harness, `-serve-rls-floor`, with the service's gRPC server options) answering every call with one constant OK, under the same callers: the least a rate limit service on grpc-go costs; the target is at most 1.4× its CPU per call. CPUs: %s.", h.res.Meta.Pinning)
 	h.mdRLSProfiles(m, r.Modes)
 }
 
