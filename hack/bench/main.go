@@ -57,7 +57,7 @@ type config struct {
 	tollgate  string
 	scenarios []string
 	seed      int64
-	// pin lets the latency scenario pin processes to CPUs (pin.go).
+	// pin lets the latency and rls scenarios pin processes to CPUs (pin.go).
 	pin     bool
 	command string // how the run was started, for the report
 	// buildTo is where the tollgate binary is built; default bin/tollgate.
@@ -75,7 +75,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.tollgate, "tollgate", "", "Use this tollgate binary instead of building bin/tollgate (with the flags of make build).")
 	fs.StringVar(&only, "scenarios", strings.Join(scenarioNames, ","), "Comma-separated scenarios to run: "+strings.Join(scenarioNames, ", ")+".")
 	fs.Int64Var(&cfg.seed, "seed", 1, "Seed of the tenant mix.")
-	fs.BoolVar(&cfg.pin, "pin", true, "In the latency scenario, run the measured process (gateway, floors, nginx) alone on one CPU and the harness and Redis on the others, with taskset, where the machine allows (two or more CPUs).")
+	fs.BoolVar(&cfg.pin, "pin", true, "In the latency scenario's CPU comparison (at the first rate) and the rls scenario, run the measured process (gateway, floors, nginx) alone on one CPU and the harness and Redis on the others, with taskset, where the machine allows (two or more CPUs). The latency steps themselves run unpinned.")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: go run ./hack/bench [-quick] [-out DIR] [flags]
 
