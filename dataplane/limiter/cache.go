@@ -92,6 +92,9 @@ type cacheEntry struct {
 	emptyCost  int64
 	emptyQuota QuotaResult
 	emptyAt    time.Time
+	// emptyLeft is the bucket's tokens as the refusal said them (fewer
+	// than the cost, or more when the quota refused).
+	emptyLeft int64
 
 	// Prefetched tokens.
 	tokens    int64
@@ -186,7 +189,7 @@ func (e *cacheEntry) answer(b *Bucket, cost int64, now time.Time) (TakeResult, b
 		if q.Set {
 			q.ResetMs = max(0, q.ResetMs-now.Sub(e.emptyAt).Milliseconds())
 		}
-		return TakeResult{WaitMs: ceilMs(wait), ResetMs: ceilMs(resetAfter(*b, 0)), Quota: q, Cached: true}, true
+		return TakeResult{WaitMs: ceilMs(wait), Remaining: e.emptyLeft, ResetMs: ceilMs(resetAfter(*b, float64(e.emptyLeft))), Quota: q, Cached: true}, true
 	}
 	if e.tokens >= cost && now.Before(e.expires) {
 		e.tokens -= cost
@@ -225,7 +228,7 @@ func (c *Cache) fetch(ctx context.Context, sh *cacheShard, b Bucket, cost, want 
 	if r.Granted < cost {
 		if !c.opts.NoEmptyCache && r.WaitMs > 0 {
 			e.emptyUntil, e.emptyCost = now.Add(time.Duration(r.WaitMs)*time.Millisecond), cost
-			e.emptyQuota, e.emptyAt = r.Quota, now
+			e.emptyQuota, e.emptyAt, e.emptyLeft = r.Quota, now, r.Remaining
 		}
 		return r, nil
 	}

@@ -55,6 +55,9 @@ func TestCachedQuotaRefusalSaysQuota(t *testing.T) {
 	if err != nil || !r.Cached || r.Granted != 0 {
 		t.Fatalf("the next request: %+v %v, want refused by the Cache", r, err)
 	}
+	if r.Remaining != refused.Remaining {
+		t.Fatalf("cached refusal: %d tokens in the bucket, want %d as Redis said with the refusal", r.Remaining, refused.Remaining)
+	}
 	o := r.outcome(1)
 	if !o.Quota.Refused || o.Quota.Remaining != 0 || o.RetryAfter != o.Quota.ResetAfter || o.Quota.ResetAfter != monthEndMs*time.Millisecond-time.Second {
 		t.Fatalf("cached refusal %+v, want refused by the quota until the month ends", o)
