@@ -168,7 +168,6 @@ func (s *Server) decide(ctx context.Context, t Target) (decision.Decision, *snap
 	return decision.Decision{Outcome: limiter.Outcome{Allowed: true, Remaining: max(0, ch.Remaining), Source: ch.Source}, Limit: limit}, rule, nil
 }
 
-// response builds the answer from the decisions.
 // answer is a response with room for the parts of one descriptor's status
 // and its headers: one allocation where a message per part would be eight
 // to eleven. Larger requests allocate their statuses' parts per request.
@@ -204,6 +203,7 @@ func newAnswer(n int) (*answer, []statusParts) {
 	return a, a.parts[:]
 }
 
+// response builds the answer from the decisions.
 func (s *Server) response(results []decided) *rlsv3.RateLimitResponse {
 	a, parts := newAnswer(len(results))
 	res := &a.res
@@ -276,8 +276,7 @@ func ietfHeaders(results []decided) (policy, state string) {
 // current_limit, its remaining tokens, the time until it is full), or, when
 // the calendar quota refused the request or has fewer tokens left, the
 // quota (its limit per DAY, WEEK or MONTH, what is left in the period, the
-// time until the period ends).
-// It is built in p.
+// time until the period ends). It is built in p.
 func (s *Server) descriptorStatus(r *decided, code rlsv3.RateLimitResponse_Code, p *statusParts) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st, limit := &p.status, &p.limit
 	st.Code, st.CurrentLimit, st.DurationUntilReset = code, limit, &p.reset
