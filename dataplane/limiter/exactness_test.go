@@ -143,15 +143,21 @@ func TestLateGrantsAreNotLost(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	admitted := 1
-	for range 5 {
+	if admitted := 1 + admitOf(ctx, c, b, 5); admitted != int(b.Capacity) {
+		t.Errorf("admitted %d over the bucket's life, want its capacity %v (a late grant was lost)", admitted, b.Capacity)
+	}
+}
+
+// admitOf sends n requests of cost 1 for b through c and returns how many
+// were admitted.
+func admitOf(ctx context.Context, c *Chain, b Bucket, n int) int {
+	admitted := 0
+	for range n {
 		if d, _ := c.Allow(ctx, b, 1); d.Allowed {
 			admitted++
 		}
 	}
-	if admitted != int(b.Capacity) {
-		t.Errorf("admitted %d over the bucket's life, want its capacity %v (a late grant was lost)", admitted, b.Capacity)
-	}
+	return admitted
 }
 
 // TestInFlightBucketStartsEmpty: a request whose bucket has a call in
@@ -235,13 +241,7 @@ func TestMaxWaitBoundsAStalledDecision(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	admitted := 1
-	for range 5 {
-		if d, _ := c.Allow(ctx, b, 1); d.Allowed {
-			admitted++
-		}
-	}
-	if admitted != int(b.Capacity) {
+	if admitted := 1 + admitOf(ctx, c, b, 5); admitted != int(b.Capacity) {
 		t.Errorf("admitted %d over the bucket's life, want its capacity %v", admitted, b.Capacity)
 	}
 }

@@ -118,9 +118,11 @@ var (
 // by SHA, or with the script's text when withText.
 func (s *scriptCmd) command(ctx context.Context, b *Bucket, cost, want, deadlineMs int64, layout Layout, withText bool) *redis.Cmd {
 	keys, args := s.args.fill(b, cost, want, deadlineMs, layout)
-	v := append(s.argv[:0], "evalsha", &tokenBucketSHA, len(keys))
+	v := s.argv[:0]
 	if withText {
-		v = append(v[:0], "eval", &tokenBucketSrc, len(keys))
+		v = append(v, "eval", &tokenBucketSrc, len(keys))
+	} else {
+		v = append(v, "evalsha", &tokenBucketSHA, len(keys))
 	}
 	// The first key as a string: a Cluster client hashes it to find the
 	// slot (a pointer would be hashed as text of its address). The others
