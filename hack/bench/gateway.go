@@ -294,7 +294,11 @@ func (h *harness) loadOn(ctx context.Context, gw *gatewayProc, spec loadSpec) (r
 }
 
 func (c counters) sub(o counters) counters {
-	return counters{c.cpu - o.cpu, c.decisions - o.decisions, c.roundTrips - o.roundTrips, c.commands - o.commands, c.redisDecs - o.redisDecs}
+	return c.add(counters{-o.cpu, -o.decisions, -o.roundTrips, -o.commands, -o.redisDecs})
+}
+
+func (c counters) add(o counters) counters {
+	return counters{c.cpu + o.cpu, c.decisions + o.decisions, c.roundTrips + o.roundTrips, c.commands + o.commands, c.redisDecs + o.redisDecs}
 }
 
 // cpuPer is CPU microseconds per n events.

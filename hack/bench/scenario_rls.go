@@ -226,7 +226,7 @@ func (t *rlsTarget) drive(ctx context.Context, h *harness, d time.Duration) erro
 		diff.decisions = float64(len(lat)) // the floor counts no decisions
 	}
 	t.lat, t.failed, t.elapsed = append(t.lat, lat...), t.failed+failed, t.elapsed+elapsed
-	t.d = counters{t.d.cpu + diff.cpu, t.d.decisions + diff.decisions, t.d.roundTrips + diff.roundTrips, t.d.commands + diff.commands, t.d.redisDecs + diff.redisDecs}
+	t.d = t.d.add(diff)
 	return nil
 }
 
