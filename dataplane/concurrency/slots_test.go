@@ -297,21 +297,28 @@ func TestSlowRedisRefuses(t *testing.T) {
 // machine, a GC pause) must not make the next calls' deadlines early: with
 // the last reply's delay as the estimate, every acquire after it ran "too
 // late" in Redis time and was refused at once.
+//
+// The late reply is 800 ms late: later than the Timeout, so that the old
+// estimate refuses, and less than the 1 s drop that the estimate takes for
+// Redis's clock going back (a reply exactly 1 s late plus the TIME call's
+// own delay was such a drop, and the test failed under load). A few
+// acquires first give the estimate a good reply to keep on a loaded machine.
 func TestSlowReplyKeepsDeadlines(t *testing.T) {
 	srv := redistest.Start(t)
-	s := New(Options{Client: srv.Client(t), GatewayID: "gw", Timeout: 300 * time.Millisecond})
+	s := New(Options{Client: srv.Client(t), GatewayID: "gw", Timeout: 500 * time.Millisecond})
 	l := limit(Key("shop", "slow-reply"), 5, 10*time.Second)
-	first, out := s.Acquire(context.Background(), l) // learns Redis's clock
-	if !out.Allowed {
-		t.Fatalf("first acquire: %+v", out)
+	for range 5 { // learns Redis's clock
+		first, out := s.Acquire(context.Background(), l)
+		if !out.Allowed {
+			t.Fatalf("first acquires: %+v", out)
+		}
+		first.Release()
 	}
-	first.Release()
-	// A reply read a second after Redis wrote it.
 	now, err := srv.Client(t).Time(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.clock.observe(now.UnixMilli(), time.Now().Add(time.Second))
+	s.clock.observe(now.UnixMilli(), time.Now().Add(800*time.Millisecond))
 	slot, out := s.Acquire(context.Background(), l)
 	if !out.Allowed {
 		t.Fatalf("acquire after a slow reply: %+v, want allowed", out)
