@@ -47,7 +47,10 @@ go test -race -count=1 -timeout 40m ./... "$@"
 
 step "stress tests without the race detector"
 # Exactness under a loaded machine: the race detector would slow the
-# gateways themselves 5-10x, so these run once more in a normal build.
-go test -count=1 -timeout 10m -run 'TestClusterExactUnderLoad' ./dataplane/gateway/ "$@"
+# gateways themselves 5-10x, so these run once more in a normal build. It
+# uses the image's build settings, as the tests' other non-race builds do
+# (the image binary, the process tests' gateways, test/upgrade), so that a
+# cold run compiles the dependencies without the race detector once.
+CGO_ENABLED=0 go test -trimpath -count=1 -timeout 10m -run 'TestClusterExactUnderLoad' ./dataplane/gateway/ "$@"
 
 step "done"

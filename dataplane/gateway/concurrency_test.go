@@ -342,11 +342,14 @@ func TestConcurrencyKilledGatewaySlotsExpire(t *testing.T) {
 	up.open()
 }
 
-// buildTollgate builds the tollgate command into a temporary directory.
+// buildTollgate builds the tollgate command into a temporary directory,
+// with the image's settings (-trimpath, CGO_ENABLED=0) as every non-race
+// build in the tests does, so that they compile the dependencies once.
 func buildTollgate(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "tollgate")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/tollgate-dev/tollgate")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/tollgate-dev/tollgate")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

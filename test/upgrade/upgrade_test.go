@@ -307,6 +307,10 @@ func buildTree(dir string) (string, error) {
 	return bin, goBuild(root, bin)
 }
 
+// goBuild builds src's tollgate into bin with the image's settings
+// (-trimpath, CGO_ENABLED=0), as every non-race build in the tests does
+// (hack/packaging's image binary, the gateway package's process tests, the
+// stress pass of hack/test.sh), so that they compile the dependencies once.
 func goBuild(src, bin string, env ...string) error {
 	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, ".")
 	cmd.Dir = src
