@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -180,5 +181,24 @@ func TestSentinelWithPassword(t *testing.T) {
 	t.Setenv(SentinelPasswordEnv, "sentinel-secret")
 	if err := decide(o); err != nil {
 		t.Fatalf("with %s: %v", SentinelPasswordEnv, err)
+	}
+}
+
+// TestSpeaksRESP2: the client's connections use RESP2 (see NewClient), as
+// Redis itself reports them.
+func TestSpeaksRESP2(t *testing.T) {
+	srv := redistest.Start(t)
+	o := Options{Addrs: []string{srv.Addr()}, Mode: ModeStandalone, PoolSize: 1, DialTimeout: time.Second}
+	c, err := o.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	info, err := c.Do(context.Background(), "CLIENT", "INFO").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(strings.Fields(info), "resp=2") {
+		t.Fatalf("CLIENT INFO: %q, want resp=2", info)
 	}
 }
