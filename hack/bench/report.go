@@ -379,7 +379,7 @@ func (h *harness) mdRLS(m *md) {
 			fmt.Sprintf("%.4f", x.ScriptCallsPerDec), fmt.Sprintf("%.4f", x.RoundTripsPerDec), f1(x.RedisCPUPerDecision)})
 	}
 	m.table([]string{"mode", "decisions/s", "failed calls", "p50 ms", "p99 ms", "gateway CPU µs/decision", "vs floor", "decisions per CPU-second", "vs reference", "script calls/decision", "round trips/decision", "redis-server CPU µs/decision"}, rows)
-	m.p("floor: a grpc-go server (this harness, `-serve-rls-floor`, with the service's gRPC server options) answering every call with one constant OK, under the same callers: the least a rate limit service on grpc-go costs; the target is at most 1.4× its CPU per call. CPUs: %s.", h.res.Meta.Pinning)
+	m.p("floor: a grpc-go server (this harness, `-serve-rls-floor`, with the service's gRPC server options) answering every call with one constant OK, under the same callers: the least a rate limit service on grpc-go costs; the target is at most 1.4× its CPU per call. local: the same service deciding with `--limiter=local` (no Redis), so that the cost of the Redis path (batched − local) and of the rest of the service (local − floor) stand apart. CPUs: %s.", h.res.Meta.Pinning)
 	h.mdRLSProfiles(m, r.Modes)
 }
 

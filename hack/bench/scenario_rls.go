@@ -34,9 +34,10 @@ const rlsRounds = 4
 
 // scenarioRLS (8): the Envoy rate limit service (gRPC ShouldRateLimit)
 // driven closed-loop by RLSStreams callers over one shared HTTP/2
-// connection, as Envoy sends them, with and without Redis batching, next to
-// the floor (a grpc-go server answering a constant OK), in interleaved
-// rounds.
+// connection, as Envoy sends them, with and without Redis batching and
+// without Redis at all (--limiter=local: what the service costs above the
+// floor before the Redis path), next to the floor (a grpc-go server
+// answering a constant OK), in interleaved rounds.
 func (h *harness) scenarioRLS(ctx context.Context) error {
 	// As in the latency scenario: the callers and Redis on the other CPUs,
 	// the gateways and the floor each alone on the measured one (only the
@@ -110,12 +111,12 @@ func (h *harness) rlsCompare(res *RLSResult) {
 }
 
 // rlsTargets starts what the rls scenario measures: a gateway in each of
-// the batched and classic modes, and the floor. On an error, the ones
-// started are returned too, to be closed.
+// the batched, classic and local modes, and the floor. On an error, the
+// ones started are returned too, to be closed.
 func (h *harness) rlsTargets(ctx context.Context) ([]*rlsTarget, error) {
 	var targets []*rlsTarget
 	for _, m := range limiterModes {
-		if m.name != "batched" && m.name != "classic" {
+		if m.name != "batched" && m.name != "classic" && m.name != "local" {
 			continue
 		}
 		t, err := h.rlsGateway(ctx, m)
