@@ -16,7 +16,7 @@ step "providing envtest binaries (kube-apiserver, etcd, kubectl), in the backgro
 envtest_out=$(mktemp)
 bash hack/envtest.sh >"$envtest_out" &
 envtest_pid=$!
-trap 'kill "$envtest_pid" 2>/dev/null; rm -f "$envtest_out"' EXIT
+trap 'kill "$envtest_pid" 2>/dev/null || true; rm -f "$envtest_out"' EXIT
 
 step "installing redis-server, prometheus (promtool) and the Redis exporter"
 bash hack/install-deps.sh
