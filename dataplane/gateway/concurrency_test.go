@@ -19,6 +19,8 @@ import (
 
 	"github.com/tollgate-dev/tollgate/dataplane/concurrency"
 	"github.com/tollgate-dev/tollgate/dataplane/gateway"
+	"github.com/tollgate-dev/tollgate/internal/procs/kubeapi"
+	"github.com/tollgate-dev/tollgate/internal/testutil/gobuild"
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 )
 
@@ -342,16 +344,12 @@ func TestConcurrencyKilledGatewaySlotsExpire(t *testing.T) {
 	up.open()
 }
 
-// buildTollgate builds the tollgate command into a temporary directory,
-// with the image's settings (-trimpath, CGO_ENABLED=0) as every non-race
-// build in the tests does, so that they compile the dependencies once.
+// buildTollgate builds the tollgate command into a temporary directory.
 func buildTollgate(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "tollgate")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/tollgate-dev/tollgate")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := gobuild.Tollgate(kubeapi.RepoRoot(), bin); err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

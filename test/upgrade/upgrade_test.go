@@ -36,6 +36,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
+	"github.com/tollgate-dev/tollgate/internal/testutil/gobuild"
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 )
 
@@ -227,7 +228,7 @@ func buildRevision(t *testing.T, dir string) (string, error) {
 	}
 	bin := filepath.Join(dir, "tollgate-previous")
 	// No .git in the copy: no VCS stamp. -mod=mod: go.mod was edited.
-	if err := goBuild(src, bin, "GOFLAGS=-buildvcs=false -mod=mod"); err != nil {
+	if err := gobuild.Tollgate(src, bin, "GOFLAGS=-buildvcs=false -mod=mod"); err != nil {
 		return "", err
 	}
 	t.Logf("built the previous revision %s in %v", previousRevision[:12], time.Since(start).Round(100*time.Millisecond))
@@ -304,21 +305,7 @@ func requires(dir string) (map[string]string, error) {
 // buildTree builds the working tree's tollgate into dir.
 func buildTree(dir string) (string, error) {
 	bin := filepath.Join(dir, "tollgate-current")
-	return bin, goBuild(root, bin)
-}
-
-// goBuild builds src's tollgate into bin with the image's settings
-// (-trimpath, CGO_ENABLED=0), as every non-race build in the tests does
-// (hack/packaging's image binary, the gateway package's process tests, the
-// stress pass of hack/test.sh), so that they compile the dependencies once.
-func goBuild(src, bin string, env ...string) error {
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, ".")
-	cmd.Dir = src
-	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0"), env...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build in %s: %v\n%s", src, err, out)
-	}
-	return nil
+	return bin, gobuild.Tollgate(root, bin)
 }
 
 type harness struct {
