@@ -50,6 +50,10 @@ type Breaker struct {
 	gone atomic.Bool
 	// lastErr is Redis's most recent error (an errBox), for logs.
 	lastErr atomic.Value
+	// closed mirrors cb's state being closed (set on every change of
+	// state), so that a call finds an open breaker without taking cb's
+	// lock: the one state read per decision is an atomic load.
+	closed atomic.Bool
 }
 
 type errBox struct{ err error }
@@ -107,6 +111,7 @@ func NewBreaker(next Taker, pinger Pinger, opts BreakerOptions) *Breaker {
 		opts.MinFailingFor = 25 * time.Millisecond
 	}
 	br := &Breaker{next: next, pinger: pinger, opts: opts}
+	br.closed.Store(true)
 	br.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        "redis",
 		MaxRequests: 1,
@@ -114,6 +119,7 @@ func NewBreaker(next Taker, pinger Pinger, opts BreakerOptions) *Breaker {
 		ReadyToTrip: br.readyToTrip,
 		IsExcluded:  func(err error) bool { return errors.Is(err, errNotRedis) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
+			br.closed.Store(to == gobreaker.StateClosed)
 			if opts.OnStateChange != nil {
 				opts.OnStateChange(from.String(), to.String())
 			}
@@ -147,7 +153,10 @@ func (br *Breaker) TakeLate(ctx context.Context, b Bucket, cost, want int64, lat
 }
 
 func (br *Breaker) call(ctx context.Context, b Bucket, f func(context.Context) (TakeResult, error)) (TakeResult, error) {
-	if br.cb.State() != gobreaker.StateClosed {
+	// Not closed: open, or half-open (only probe sends then). gobreaker
+	// moves from open to half-open when asked for its state, which probe
+	// does.
+	if !br.closed.Load() {
 		return TakeResult{}, ErrOpen
 	}
 	done, err := br.cb.Allow()
