@@ -151,6 +151,7 @@ func (g *Gateway) buildChain() error {
 		}
 		opts.Coalesce, opts.EmptyBucketCache = g.opts.Batching, g.opts.EmptyBucketCache
 		opts.Pipelines, opts.PrefetchTTL = g.opts.Pipelines, g.opts.PrefetchTTL
+		opts.PipelinesViaGoRedis = !g.opts.OwnConnections
 		opts.FailuresToOpen, opts.OpenFor = g.opts.BreakerFailure, g.opts.BreakerOpenFor
 		opts.ObserveRedis = g.metrics.ObserveRedis
 		opts.OnStateChange = func(from, to string) {

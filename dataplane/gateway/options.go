@@ -71,8 +71,10 @@ type Options struct {
 	BreakerOpenFor   time.Duration
 	Batching         bool
 	Pipelines        int
-	PrefetchTTL      time.Duration
-	Region           string
+	// OwnConnections: see --redis-own-connections.
+	OwnConnections bool
+	PrefetchTTL    time.Duration
+	Region         string
 
 	Kube              kubeconfig.Options
 	SnapshotNamespace string
@@ -184,6 +186,9 @@ func (o *Options) addLimiterFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Batching, "redis-batching", true,
 		"Save Redis round trips under load: concurrent requests for one bucket share a script call. Exact either way; false sends one script call per request (the classic design).")
 	fs.IntVar(&o.Pipelines, "redis-pipelines", 4, "Calls (pipelines) in flight to Redis at once; with --redis-batching=false at least 64 are used.")
+	fs.BoolVar(&o.OwnConnections, "redis-own-connections", true,
+		"Standalone Redis: each pipeline worker sends its script calls on a connection of its own, written and read without the client library's pool and command objects (cheaper per decision; same address, TLS, ACL user, password and database). "+
+			"False sends them through the client's pool. Sentinel and Cluster always use the client's pool.")
 	fs.DurationVar(&o.PrefetchTTL, "prefetch-ttl", 250*time.Millisecond, "How long tokens prefetched for a hotKey rule, or granted by Redis after their request was already answered (Redis stalled), stay usable for the next requests of the bucket before they are dropped.")
 	fs.StringVar(&o.Region, "region", "",
 		"This gateway's region: rules with spec.regions are enforced at this region's share, with keys of their own. Default: none (whole limits).")

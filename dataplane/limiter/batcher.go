@@ -48,6 +48,9 @@ import (
 // lost: fewer admissions, never more).
 type Batcher struct {
 	client BatchClient
+	// direct, when set, is how workers open connections of their own to
+	// the one Redis server (see pipe); nil: pipelines go through client.
+	direct *directOptions
 	queue  chan *op
 	opts   BatcherOptions
 	clock  redisClock
@@ -100,6 +103,12 @@ type BatcherOptions struct {
 	MaxWait time.Duration
 	// Layout is how buckets are stored in Redis (default LayoutPacked).
 	Layout Layout
+
+	// ViaGoRedis sends the pipelines through the go-redis client's pool
+	// even to a single server. By default the workers then have
+	// connections of their own (see pipe); a Cluster or Sentinel client
+	// always goes through go-redis.
+	ViaGoRedis bool
 }
 
 // Errors of Take.
@@ -169,11 +178,18 @@ func NewBatcher(client BatchClient, opts BatcherOptions) *Batcher {
 		opts.PingTimeout = 50 * time.Millisecond
 	}
 	bt := &Batcher{client: client, queue: make(chan *op, 4*opts.MaxBatch), opts: opts, closed: make(chan struct{})}
+	if !opts.ViaGoRedis {
+		bt.direct = directFor(client)
+	}
 	bt.waits.timer = time.AfterFunc(time.Hour, bt.reap)
 	bt.waits.timer.Stop()
 	bt.listen(client)
 	for range opts.Workers {
-		go bt.work()
+		w := &worker{bt: bt, batch: make([]*op, 0, opts.MaxBatch)}
+		if bt.direct != nil {
+			w.pipe = &pipe{opts: bt.direct, bt: bt}
+		}
+		go w.run()
 	}
 	return bt
 }
@@ -346,8 +362,24 @@ func (bt *Batcher) Stats() (roundTrips, commands, decisions int64) {
 	return bt.roundTrips.Load(), bt.commands.Load(), bt.decisions.Load()
 }
 
-func (bt *Batcher) work() {
-	batch := make([]*op, 0, bt.opts.MaxBatch)
+// worker sends one pipeline at a time; what it reuses from one pipeline to
+// the next is its own.
+type worker struct {
+	bt    *Batcher
+	batch []*op
+	// pipe is the worker's own connection to a single server; nil: the
+	// pipelines go through go-redis, with the calls' commands in cmds.
+	pipe *pipe
+	cmds []scriptCmd
+}
+
+func (w *worker) run() {
+	bt := w.bt
+	defer func() {
+		if w.pipe != nil {
+			w.pipe.close()
+		}
+	}()
 	for {
 		var o *op
 		select {
@@ -355,28 +387,32 @@ func (bt *Batcher) work() {
 		case <-bt.closed:
 			return
 		}
-		batch = append(batch[:0], o)
+		w.batch = append(w.batch[:0], o)
 	fill:
-		for len(batch) < bt.opts.MaxBatch {
+		for len(w.batch) < bt.opts.MaxBatch {
 			select {
 			case o := <-bt.queue:
-				batch = append(batch, o)
+				w.batch = append(w.batch, o)
 			default:
 				break fill
 			}
 		}
-		bt.send(batch)
+		w.send(w.batch)
+		clear(w.batch)
 	}
 }
 
-// call is one script call: a group of ops on one bucket.
+// call is one script call: a group of ops on one bucket, and its reply.
 type call struct {
 	ops        []*op
 	one        [1]*op // ops of a call of one op, without an allocation
-	cmd        *redis.Cmd
-	script     scriptCmd // cmd's arguments
 	cost, want int64
 	deadlineMs int64
+	// The reply: n integers, or err (as the connection or Redis gave it:
+	// a network error, NOSCRIPT, a script error).
+	reply [8]int64
+	n     int
+	err   error
 }
 
 // group turns a batch into script calls, leaving out ops whose caller gave
@@ -424,24 +460,24 @@ func (c *call) add(o *op) {
 // send pipelines a batch's calls and answers their ops. A watchdog fails the
 // ops early when Redis stays silent for Timeout after the pipeline was
 // written.
-func (bt *Batcher) send(batch []*op) {
+func (w *worker) send(batch []*op) {
+	bt := w.bt
 	sent := time.Now()
 	calls := bt.group(batch, sent)
 	if len(calls) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), bt.opts.ExecTimeout)
-	defer cancel()
 	var finished atomic.Bool
 	watchdog := time.AfterFunc(bt.opts.Timeout, func() { bt.watch(calls, sent, sent.Add(bt.opts.Timeout), &finished) })
 	defer watchdog.Stop()
 
-	bt.exec(ctx, calls, false)
+	deadline := sent.Add(bt.opts.ExecTimeout)
+	w.exec(calls, false, deadline)
 	// Redis lost its scripts (restart, failover, SCRIPT FLUSH) where some
 	// calls went: send those again with EVAL, which carries the script and
 	// caches it for the next EVALSHA. A NOSCRIPT call did not run, so
 	// nothing counts twice; calls that ran are not sent again.
-	bt.exec(ctx, calls, true)
+	w.exec(calls, true, deadline)
 	finished.Store(true)
 	now := time.Now()
 	for i := range calls {
@@ -472,7 +508,7 @@ func (bt *Batcher) watch(calls []call, sent time.Time, due time.Time, finished *
 	silent := map[string]bool{}
 	next := bt.opts.Timeout
 	for i := range calls {
-		c := &calls[i] // by pointer: exec is writing c.cmd
+		c := &calls[i] // by pointer: exec is writing c's reply
 		node := c.ops[0].b.node
 		is, seen := silent[node]
 		if !seen {
@@ -556,38 +592,75 @@ func (bt *Batcher) pingNode(ctx context.Context, node string) error {
 }
 
 // exec sends one pipeline of script calls by SHA or, to resend those Redis
-// answered NOSCRIPT, with the script (nothing when there are none).
-func (bt *Batcher) exec(ctx context.Context, calls []call, resend bool) {
+// answered NOSCRIPT, with the script (nothing when there are none), on the
+// worker's own connection or through go-redis, all before deadline.
+func (w *worker) exec(calls []call, resend bool, deadline time.Time) {
+	bt := w.bt
+	var n int
+	if w.pipe != nil {
+		n = w.pipe.exec(calls, resend, bt.opts.Layout, deadline)
+	} else {
+		n = w.execRedis(calls, resend, deadline)
+	}
+	if n > 0 {
+		bt.roundTrips.Add(1)
+		bt.commands.Add(int64(n))
+	}
+}
+
+// execRedis is exec through go-redis (a Cluster, or Sentinel); it returns
+// the number of calls sent.
+func (w *worker) execRedis(calls []call, resend bool, deadline time.Time) int {
 	var pipe redis.Pipeliner
 	n := 0
 	for i := range calls {
+		if c := &calls[i]; !resend || isNoScript(c.err) {
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if cap(w.cmds) < n {
+		w.cmds = make([]scriptCmd, n)
+	}
+	cmds := make([]*redis.Cmd, 0, n)
+	for i := range calls {
 		c := &calls[i]
-		if resend && !isNoScript(c.cmd.Err()) {
+		if resend && !isNoScript(c.err) {
 			continue
 		}
 		if pipe == nil {
-			pipe = bt.client.Pipeline()
+			pipe = w.bt.client.Pipeline()
 		}
-		n++
-		c.cmd = c.script.command(ctx, &c.ops[0].b, c.cost, c.want, c.deadlineMs, bt.opts.Layout, resend)
-		_ = pipe.Process(ctx, c.cmd) // queued; Exec answers it
+		cmd := w.cmds[:n][len(cmds)].command(ctx, &c.ops[0].b, c.cost, c.want, c.deadlineMs, w.bt.opts.Layout, resend)
+		cmds = append(cmds, cmd)
+		_ = pipe.Process(ctx, cmd) // queued; Exec answers it
 	}
-	if n == 0 {
-		return
-	}
-	bt.roundTrips.Add(1)
-	bt.commands.Add(int64(n))
 	_, _ = pipe.Exec(ctx) // each command carries its own error
+	k := 0
+	for i := range calls {
+		c := &calls[i]
+		if resend && !isNoScript(c.err) {
+			continue
+		}
+		c.n, c.err = int64s(cmds[k], &c.reply)
+		k++
+	}
+	clear(w.cmds[:n]) // no bucket's strings kept alive until the next pipeline
+	return n
 }
 
 // answer hands the result of a call to its ops: with several ops sharing a
 // call, the first ones get the granted tokens.
 func (bt *Batcher) answer(c *call, now time.Time) {
-	res, redisNow, err := parseReply(c.cmd)
+	res, redisNow, err := c.result()
 	if redisNow > 0 {
 		bt.heard(c.ops[0].b.node)
 		bt.clock.observe(redisNow, now)
-	} else if err != nil && !isNetworkError(c.cmd.Err()) {
+	} else if err != nil && !isNetworkError(c.err) {
 		bt.heard(c.ops[0].b.node) // a Redis error reply is a sign of life too
 	}
 	if errors.Is(err, errExpired) {
@@ -687,21 +760,32 @@ func (c *heardConn) Close() error {
 // unread reports whether the kernel holds bytes received on c that were
 // not read yet.
 func (c *heardConn) unread() bool {
+	n := 0
+	c.control(func(fd uintptr) { n = pendingBytes(fd) })
+	return n > 0
+}
+
+// peerClosed reports whether Redis has closed c (see peerClosed).
+func (c *heardConn) peerClosed() bool {
+	_, isTLS := c.Conn.(interface{ NetConn() net.Conn })
+	closed := false
+	c.control(func(fd uintptr) { closed = peerClosed(fd, isTLS) })
+	return closed
+}
+
+// control runs f on c's socket (below TLS), if it has one.
+func (c *heardConn) control(f func(fd uintptr)) {
 	conn := c.Conn
 	if tc, ok := conn.(interface{ NetConn() net.Conn }); ok {
-		conn = tc.NetConn() // TLS: bytes pending below it
+		conn = tc.NetConn() // TLS: the socket below it
 	}
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
-		return false
+		return
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
+	if raw, err := sc.SyscallConn(); err == nil {
+		_ = raw.Control(f)
 	}
-	n := 0
-	_ = raw.Control(func(fd uintptr) { n = pendingBytes(fd) })
-	return n > 0
 }
 
 // unreadReplies reports whether a connection to node holds bytes not read

@@ -11,26 +11,31 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 )
 
-// backend is a Redis deployment the limiter runs against.
+// backend is a Redis deployment the limiter runs against, and how the
+// Batcher sends to it.
 type backend struct {
-	name   string
-	client BatchClient
+	name       string
+	client     BatchClient
+	viaGoRedis bool
 }
 
-// backends starts a single node and a three-master Redis Cluster.
+// backends starts a single node (the Batcher's workers on connections of
+// their own, and through go-redis as with Sentinel) and a three-master
+// Redis Cluster.
 func backends(t *testing.T) []backend {
 	t.Helper()
-	single := redistest.Start(t)
+	single, other := redistest.Start(t), redistest.Start(t)
 	cluster := redistest.StartCluster(t, 3)
 	return []backend{
-		{"single node", single.Client(t)},
-		{"cluster", cluster.Client(t)},
+		{name: "single node", client: single.Client(t)},
+		{name: "single node through go-redis", client: other.Client(t), viaGoRedis: true},
+		{name: "cluster", client: cluster.Client(t)},
 	}
 }
 
 // newChain is the gateway's batched chain without the breaker.
-func newChain(t *testing.T, c BatchClient) (allower, *Batcher) {
-	bt := NewBatcher(c, BatcherOptions{Timeout: 30 * time.Second})
+func newChain(t *testing.T, be backend) (allower, *Batcher) {
+	bt := NewBatcher(be.client, BatcherOptions{Timeout: 30 * time.Second, ViaGoRedis: be.viaGoRedis})
 	t.Cleanup(func() { _ = bt.Close() })
 	return allow(NewCache(bt, CacheOptions{})), bt
 }
@@ -41,7 +46,7 @@ func TestBatchedChainIsExact(t *testing.T) {
 			b := Bucket{Key: Key("shop-a", "exact"), Capacity: 37, RefillTokens: 1, RefillPeriodMs: 3600_000}
 			var ls []Limiter
 			for range 4 {
-				c, _ := newChain(t, be.client)
+				c, _ := newChain(t, be)
 				ls = append(ls, c)
 			}
 			if got := hammer(t, ls, b, 1000); got != 37 {
@@ -54,7 +59,7 @@ func TestBatchedChainIsExact(t *testing.T) {
 func TestCoalescingSavesRoundTrips(t *testing.T) {
 	for _, be := range backends(t) {
 		t.Run(be.name, func(t *testing.T) {
-			chain, bt := newChain(t, be.client)
+			chain, bt := newChain(t, be)
 			// Ten buckets, 2000 concurrent requests, enough tokens for all.
 			var allowed atomic.Int64
 			var wg sync.WaitGroup
@@ -88,32 +93,36 @@ func TestCoalescingSavesRoundTrips(t *testing.T) {
 }
 
 func TestBatcherRecoversFromScriptFlush(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client(t)
-	chain, _ := newChain(t, c)
-	b := Bucket{Key: Key("t", "flush"), Capacity: 300, RefillTokens: 1, RefillPeriodMs: 3600_000}
-	stop := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
+	for _, viaGoRedis := range []bool{false, true} {
+		t.Run(map[bool]string{false: "own connections", true: "through go-redis"}[viaGoRedis], func(t *testing.T) {
+			srv := redistest.Start(t)
+			c := srv.Client(t)
+			chain, _ := newChain(t, backend{client: c, viaGoRedis: viaGoRedis})
+			b := Bucket{Key: Key("t", "flush"), Capacity: 300, RefillTokens: 1, RefillPeriodMs: 3600_000}
+			stop := make(chan struct{})
+			go func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_ = c.ScriptFlush(context.Background()).Err()
+					time.Sleep(time.Millisecond)
+				}
+			}()
+			got := hammer(t, []Limiter{chain}, b, 1000)
+			close(stop)
+			if got != 300 {
+				t.Fatalf("admitted %d with SCRIPT FLUSH running, want exactly 300", got)
 			}
-			_ = c.ScriptFlush(context.Background()).Err()
-			time.Sleep(time.Millisecond)
-		}
-	}()
-	got := hammer(t, []Limiter{chain}, b, 1000)
-	close(stop)
-	if got != 300 {
-		t.Fatalf("admitted %d with SCRIPT FLUSH running, want exactly 300", got)
+		})
 	}
 }
 
 func TestEmptyBucketCacheIsExactAndSavesCalls(t *testing.T) {
 	srv := redistest.Start(t)
-	chain, bt := newChain(t, srv.Client(t))
+	chain, bt := newChain(t, backend{client: srv.Client(t)})
 	ctx := context.Background()
 	// One token per 1.5s.
 	b := Bucket{Key: Key("t", "empty"), Capacity: 1, RefillTokens: 2, RefillPeriodMs: 3000}

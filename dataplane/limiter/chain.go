@@ -73,6 +73,9 @@ type ChainOptions struct {
 	// Pipelines is the number of pipelines in flight at once. Default 4; at
 	// least 64 without coalescing (one call per request).
 	Pipelines int
+	// PipelinesViaGoRedis sends the pipelines through the client's pool
+	// even to a single server (see BatcherOptions.ViaGoRedis).
+	PipelinesViaGoRedis bool
 	// EmptyBucketCache rejects requests against a bucket Redis reported
 	// empty without asking it again until it can refill.
 	EmptyBucketCache bool
@@ -124,6 +127,7 @@ func NewChain(opts ChainOptions) *Chain {
 	c.batcher = NewBatcher(opts.Client, BatcherOptions{
 		Workers: workers, NoCoalesce: !opts.Coalesce, Timeout: opts.Timeout, PingTimeout: ping,
 		ExecTimeout: max(time.Second, 2*opts.MaxWait), Layout: opts.Layout, MaxWait: opts.MaxWait,
+		ViaGoRedis: opts.PipelinesViaGoRedis,
 	})
 	c.breaker = NewBreakers(c.batcher, opts.Client, c.batcher, BreakerOptions{
 		FailuresToOpen: opts.FailuresToOpen, MinFailingFor: max(25*time.Millisecond, opts.Timeout), OpenFor: opts.OpenFor,

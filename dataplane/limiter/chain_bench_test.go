@@ -4,24 +4,39 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 )
 
 // BenchmarkChainAllow: the gateway's chain on a real redis-server, many
 // goroutines deciding for 1,000 tenants with a Zipf mix, buckets that never
-// empty (every decision goes to Redis). CPU and allocations per decision of
-// this process (redis-server is another process). Each goroutine decides
-// under a context of its own, as a gateway's requests do (one shared parent
-// would make every decision's MaxWait timer contend on its lock):
+// empty (every decision goes to Redis). CPU (cpu-ns/op) and allocations per
+// decision of this process (redis-server is another process), with the
+// Batcher's workers on connections of their own (the default for a single
+// server) and through go-redis's pool. Each goroutine decides under a
+// context of its own, as a gateway's requests do (one shared parent would
+// make every decision's MaxWait timer contend on its lock):
 //
 //	go test -run '^$' -bench ChainAllow -benchmem -cpuprofile cpu.out ./dataplane/limiter/
 func BenchmarkChainAllow(b *testing.B) {
+	for _, viaGoRedis := range []bool{false, true} {
+		b.Run(map[bool]string{false: "own-connections", true: "go-redis"}[viaGoRedis], func(b *testing.B) {
+			benchChainAllow(b, viaGoRedis)
+		})
+	}
+}
+
+func benchChainAllow(b *testing.B, viaGoRedis bool) {
 	srv := redistest.Start(b)
-	c := NewChain(ChainOptions{Client: srv.Client(b), Coalesce: true, EmptyBucketCache: true, Timeout: time.Second, MaxWait: 2 * time.Second})
+	pinApart(b, srv.Pid())
+	c := NewChain(ChainOptions{Client: srv.Client(b), Coalesce: true, EmptyBucketCache: true, Timeout: time.Second, MaxWait: 2 * time.Second,
+		PipelinesViaGoRedis: viaGoRedis})
 	b.Cleanup(func() { _ = c.Close() })
 	buckets := make([]Bucket, 1000)
 	for i := range buckets {
@@ -30,6 +45,7 @@ func BenchmarkChainAllow(b *testing.B) {
 	var rejected atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(16)
+	cpu := startCPU(b)
 	b.RunParallel(func(pb *testing.PB) {
 		z := rand.NewZipf(rand.New(rand.NewPCG(rand.Uint64(), 1)), 1.1, 1, uint64(len(buckets)-1))
 		ctx, cancel := context.WithCancel(context.Background())
@@ -40,7 +56,58 @@ func BenchmarkChainAllow(b *testing.B) {
 			}
 		}
 	})
+	cpu.report(b)
 	b.ReportMetric(float64(rejected.Load())/float64(b.N), "rejected/op")
+}
+
+// pinApart: run under `taskset -c N` (one CPU), the benchmark's
+// redis-server inherited that CPU; it is moved to the machine's other CPUs,
+// so that the measured process has its CPU to itself:
+//
+//	taskset -c 1 go test -run '^$' -bench ChainAllow -benchmem ./dataplane/limiter/
+func pinApart(b *testing.B, pid int) {
+	var mine unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &mine); err != nil || mine.Count() != 1 {
+		return
+	}
+	var others unix.CPUSet
+	for cpu := range runtime.NumCPU() {
+		if !mine.IsSet(cpu) {
+			others.Set(cpu)
+		}
+	}
+	if others.Count() == 0 {
+		return
+	}
+	if err := unix.SchedSetaffinity(pid, &others); err != nil {
+		b.Logf("redis-server stays on this process's CPU: %v", err)
+	}
+}
+
+// cpuMeter measures this process's CPU time (user and system, every
+// thread: the deciding goroutines, the Batcher's workers, the scheduler
+// and the GC) over a benchmark, redis-server's excluded. Wall time per op
+// of a parallel benchmark says how fast decisions come back; CPU per op
+// says what each one costs the gateway.
+type cpuMeter struct{ start time.Duration }
+
+func startCPU(b *testing.B) cpuMeter {
+	b.Helper()
+	return cpuMeter{start: processCPU(b)}
+}
+
+// report adds cpu-ns/op to the benchmark's line.
+func (m cpuMeter) report(b *testing.B) {
+	b.Helper()
+	b.ReportMetric(float64(processCPU(b)-m.start)/float64(b.N), "cpu-ns/op")
+}
+
+func processCPU(b *testing.B) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		b.Fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkChainAllowCached: every decision answered by the Cache (buckets

@@ -18,7 +18,7 @@ func TestNoScriptChargesOnce(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	client := cluster.Client(t)
 	ctx := context.Background()
-	_, bt := newChain(t, client)
+	_, bt := newChain(t, backend{client: client})
 	var buckets []Bucket
 	for i := range 12 {
 		buckets = append(buckets, Bucket{Key: Key(fmt.Sprintf("tenant-%d", i), "r"), Capacity: 1000, RefillTokens: 1, RefillPeriodMs: 3600_000})
@@ -95,8 +95,9 @@ func TestErrorsNeverNameTheTenant(t *testing.T) {
 	if err := srv.Client(t).Set(ctx, b.Key, "not a hash", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, bt := newChain(t, srv.Client(t))
-	for name, taker := range map[string]Taker{"one call per request": NewRedis(srv.Client(t)), "batched": bt} {
+	_, bt := newChain(t, backend{client: srv.Client(t)})
+	_, viaGoRedis := newChain(t, backend{client: srv.Client(t), viaGoRedis: true})
+	for name, taker := range map[string]Taker{"one call per request": NewRedis(srv.Client(t)), "batched": bt, "batched through go-redis": viaGoRedis} {
 		_, err := taker.Take(ctx, b, 1, 1)
 		if err == nil {
 			t.Fatalf("%s: no error on a key of the wrong type", name)

@@ -206,10 +206,23 @@ var errExpired = errors.New("reached Redis after its deadline")
 // Errors never quote the key: it holds a tenant id.
 func parseReply(cmd *redis.Cmd) (TakeResult, int64, error) {
 	var buf [8]int64
-	vals, err := int64s(cmd, buf[:0])
+	n, err := int64s(cmd, &buf)
 	if err != nil {
 		return TakeResult{}, 0, fmt.Errorf("token bucket script: %w", err)
 	}
+	return parseInts(buf[:n])
+}
+
+// result is the call's reply, as parseReply reads it.
+func (c *call) result() (TakeResult, int64, error) {
+	if c.err != nil {
+		return TakeResult{}, 0, fmt.Errorf("token bucket script: %w", c.err)
+	}
+	return parseInts(c.reply[:c.n])
+}
+
+// parseInts reads the script's reply from its integers.
+func parseInts(vals []int64) (TakeResult, int64, error) {
 	if len(vals) != 5 && len(vals) != 8 {
 		return TakeResult{}, 0, fmt.Errorf("token bucket script: %d values in reply, want 5 or 8", len(vals))
 	}
@@ -223,21 +236,25 @@ func parseReply(cmd *redis.Cmd) (TakeResult, int64, error) {
 	return r, vals[4], nil
 }
 
-// int64s appends the integers of cmd's array reply to dst (on the
-// caller's stack, where Cmd.Int64Slice would allocate).
-func int64s(cmd *redis.Cmd, dst []int64) ([]int64, error) {
+// int64s reads the integers of cmd's array reply into dst (on the
+// caller's stack, where Cmd.Int64Slice would allocate); it returns how
+// many there are, or cmd's error (as go-redis gave it).
+func int64s(cmd *redis.Cmd, dst *[8]int64) (int, error) {
 	vals, err := cmd.Slice()
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	for _, v := range vals {
+	if len(vals) > len(dst) {
+		return 0, fmt.Errorf("%d values in the reply, want at most %d", len(vals), len(dst))
+	}
+	for i, v := range vals {
 		n, ok := v.(int64)
 		if !ok {
-			return nil, fmt.Errorf("unexpected element type %T in the reply, want int64", v)
+			return 0, fmt.Errorf("unexpected element type %T in the reply, want int64", v)
 		}
-		dst = append(dst, n)
+		dst[i] = n
 	}
-	return dst, nil
+	return len(vals), nil
 }
 
 func isNoScript(err error) bool {

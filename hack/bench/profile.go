@@ -22,7 +22,7 @@ import (
 // not attributed, so the share is a lower bound.
 var limiterFuncs = []string{
 	"github.com/tollgate-dev/tollgate/dataplane/decision.(*Engine).Decide",
-	"github.com/tollgate-dev/tollgate/dataplane/limiter.(*Batcher).work",
+	"github.com/tollgate-dev/tollgate/dataplane/limiter.(*worker).run",
 }
 
 // profile takes a CPU profile of gw under load at the profile rate and

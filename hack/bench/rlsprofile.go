@@ -17,7 +17,7 @@ import (
 // looking for work (goroutine hand-offs) and the garbage collector.
 var rlsRoots = []struct{ name, fn string }{
 	{"ShouldRateLimit", "github.com/tollgate-dev/tollgate/dataplane/rls.(*Server).ShouldRateLimit"},
-	{"batcher workers", "github.com/tollgate-dev/tollgate/dataplane/limiter.(*Batcher).work"},
+	{"batcher workers", "github.com/tollgate-dev/tollgate/dataplane/limiter.(*worker).run"},
 	{"gRPC transport reader", "google.golang.org/grpc/internal/transport.(*http2Server).HandleStreams"},
 	{"gRPC transport writer", "google.golang.org/grpc/internal/transport.(*loopyWriter).run"},
 	{"scheduler", "runtime.schedule"},
