@@ -17,11 +17,13 @@ import (
 
 // limiterFuncs are the roots of the limiter's CPU in a gateway profile: the
 // decision on the request goroutine (rule lookup, cache, breaker, local
-// buckets, and in classic mode the Redis call) and the batcher's pipeline
-// workers (go-redis, the socket). GC work caused by their allocations is
-// not attributed, so the share is a lower bound.
+// buckets, and in classic mode the Redis call; the proxy calls DecideRule,
+// the rate limit service Decide, which calls DecideRule) and the batcher's
+// pipeline workers (writing, the socket, reading). GC work caused by their
+// allocations is not attributed, so the share is a lower bound.
+// TestProfileRootsExist checks that each still names a function.
 var limiterFuncs = []string{
-	"github.com/tollgate-dev/tollgate/dataplane/decision.(*Engine).Decide",
+	"github.com/tollgate-dev/tollgate/dataplane/decision.(*Engine).DecideRule",
 	"github.com/tollgate-dev/tollgate/dataplane/limiter.(*worker).run",
 }
 

@@ -223,7 +223,7 @@ func (h *harness) mdThroughput(m *md) {
 	m.table([]string{"mode", "offered", "sent/s", "p50", "p99", "p99.9", "errors", "CPU µs/decision", ""}, rows)
 	m.para("</details>")
 	h.plot(m, "throughput.png", "p99 vs offered rate per limiter mode")
-	m.para("**CPU profile** of each mode at %d req/s (`--pprof`, `go tool pprof -top`; files `profile-<mode>.pb.gz`). The limiter's share is the cumulative CPU of `decision.(*Engine).Decide` (rule lookup, cache, breaker, local buckets, and in classic mode the Redis call) plus `limiter.(*worker).run` (the Batcher's pipelines: writing, the socket, reading); GC caused by their allocations is not attributed, so it is a lower bound.", h.plan.ProfileRate)
+	m.para("**CPU profile** of each mode at %d req/s (`--pprof`, `go tool pprof -top`; files `profile-<mode>.pb.gz`). The limiter's share is the cumulative CPU of `decision.(*Engine).DecideRule` (rule lookup, cache, breaker, local buckets, and in classic mode the Redis call) plus `limiter.(*worker).run` (the Batcher's pipelines: writing, the socket, reading); GC caused by their allocations is not attributed, so it is a lower bound.", h.plan.ProfileRate)
 	rows = nil
 	for _, md := range t.Modes {
 		if p := md.Profile; p != nil {
