@@ -204,8 +204,17 @@ func (p *pipe) exec(calls []call, resend bool, layout Layout, deadline time.Time
 	if err != nil {
 		p.close()
 	}
+	if cap(p.wbuf) > maxKeptBuffer {
+		p.wbuf = nil // a resend with the script's text: not kept for every pipeline
+	}
 	return n
 }
+
+// maxKeptBuffer bounds the write buffer a worker keeps between pipelines.
+// A full batch of EVALSHA calls fits; a batch resent with the script's
+// text (after Redis lost its scripts) can take megabytes, which a gateway
+// with many workers should not hold on to.
+const maxKeptBuffer = 256 << 10
 
 // appendScript appends one EVALSHA (or EVAL, withText) of the token
 // bucket script with keys and args, as RESP.

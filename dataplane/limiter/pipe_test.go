@@ -336,3 +336,45 @@ func freePort(t *testing.T) int {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
 }
+
+// TestPipeKeepsNoHugeBuffer: a batch resent with the script's text (after
+// Redis lost its scripts) needs a large write buffer; the worker does not
+// keep it for the pipelines after.
+func TestPipeKeepsNoHugeBuffer(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	bt := NewBatcher(c, BatcherOptions{Workers: 1, Timeout: 5 * time.Second})
+	t.Cleanup(func() { _ = bt.Close() })
+	p := &pipe{opts: bt.direct, bt: bt}
+	t.Cleanup(p.close)
+	calls := make([]call, 64)
+	for i := range calls {
+		o := &op{b: Bucket{Key: Key("tenant-"+strconv.Itoa(i), "r"), Capacity: 10, RefillTokens: 1, RefillPeriodMs: 1000}, cost: 1, want: 1}
+		calls[i] = call{cost: 1, want: 1}
+		calls[i].one[0] = o
+		calls[i].ops = calls[i].one[:]
+	}
+	if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	if n := p.exec(calls, false, LayoutPacked, deadline); n != len(calls) {
+		t.Fatalf("sent %d calls, want %d", n, len(calls))
+	}
+	for i := range calls {
+		if !isNoScript(calls[i].err) {
+			t.Fatalf("call %d after SCRIPT FLUSH: %v, want NOSCRIPT", i, calls[i].err)
+		}
+	}
+	if n := p.exec(calls, true, LayoutPacked, deadline); n != len(calls) {
+		t.Fatalf("resent %d calls, want %d", n, len(calls))
+	}
+	for i := range calls {
+		if calls[i].err != nil || calls[i].n != 5 || calls[i].reply[0] != 1 {
+			t.Fatalf("call %d resent with EVAL: %v %v", i, calls[i].reply[:calls[i].n], calls[i].err)
+		}
+	}
+	if cap(p.wbuf) > maxKeptBuffer {
+		t.Fatalf("the worker keeps a %d-byte buffer after the resend, want at most %d", cap(p.wbuf), maxKeptBuffer)
+	}
+}
