@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"time"
@@ -277,7 +278,13 @@ func appendBulkInt(w []byte, n int64) []byte {
 	return appendBulkBytes(w, strconv.AppendInt(num[:0], n, 10))
 }
 
+// appendBulkFloat writes f as go-redis does ('f', shortest). An integral
+// f (a capacity, usually) takes the cheaper integer formatting, which
+// writes the same digits.
 func appendBulkFloat(w []byte, f float64) []byte {
+	if f >= 0 && f < 1<<53 && f == math.Trunc(f) && !math.Signbit(f) { // not -0, which go-redis writes as "-0"
+		return appendBulkInt(w, int64(f))
+	}
 	var num [32]byte
 	return appendBulkBytes(w, strconv.AppendFloat(num[:0], f, 'f', -1, 64))
 }

@@ -56,6 +56,10 @@ func TestPipeWritesWhatGoRedisWrites(t *testing.T) {
 	plain := Bucket{Key: Key("shop-a", "search"), Capacity: 100, RefillTokens: 50, RefillPeriodMs: 1000}
 	fractional := plain
 	fractional.Capacity, fractional.Unit = 2.5, 1000
+	huge := plain
+	huge.Capacity = 1 << 52
+	tiny := plain
+	tiny.Capacity = 1e-7
 	charge := plain
 	charge.Charge, charge.MaxDebt = true, 7.25
 	quota := plain
@@ -74,6 +78,10 @@ func TestPipeWritesWhatGoRedisWrites(t *testing.T) {
 		{name: "take", b: plain, cost: 1, want: 1, deadlineMs: 1_700_000_000_123},
 		{name: "prefetch", b: plain, cost: 1, want: 40},
 		{name: "fractional capacity", b: fractional, cost: 250, want: 250},
+		{name: "huge capacity", b: huge, cost: 1, want: 1},
+		{name: "tiny capacity", b: tiny, cost: 1, want: 1},
+		{name: "fractional debt", b: func() Bucket { b := charge; b.MaxDebt = 0.125; return b }(), cost: 1, want: 1},
+		{name: "no debt", b: func() Bucket { b := charge; b.MaxDebt = 0; return b }(), cost: 1, want: 1},
 		{name: "charge", b: charge, cost: 12, want: 12},
 		{name: "quota", b: quota, cost: 1, want: 1, deadlineMs: 99},
 		{name: "quota charge", b: func() Bucket { b := quota; b.Charge = true; return b }(), cost: 3, want: 3},
