@@ -84,7 +84,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLSCAFile, "redis-tls-ca-file", "", "PEM file of CA certificates that sign the Redis server certificate. Default: system roots.")
 	fs.StringVar(&o.TLSServerName, "redis-tls-server-name", "", "Server name to verify in the Redis certificate. Default: the host of the address.")
 	fs.BoolVar(&o.TLSInsecureSkipVerify, "redis-tls-insecure-skip-verify", false, "Do not verify the Redis certificate (testing only).")
-	fs.IntVar(&o.PoolSize, "redis-pool-size", 64, "Connections per Redis node.")
+	fs.IntVar(&o.PoolSize, "redis-pool-size", 64, "Connections per Redis node in the client's pool. With a single server and --redis-own-connections the pipeline workers hold one connection each besides it (--redis-pipelines; 64 with --redis-batching=false).")
 	fs.DurationVar(&o.DialTimeout, "redis-dial-timeout", time.Second, "Timeout for opening a Redis connection.")
 }
 
