@@ -402,6 +402,10 @@ func (w *worker) run() {
 	}
 }
 
+// due reports whether c goes in a pipeline: every call the first time, only
+// those Redis answered NOSCRIPT when resending.
+func (c *call) due(resend bool) bool { return !resend || isNoScript(c.err) }
+
 // call is one script call: a group of ops on one bucket, and its reply.
 type call struct {
 	ops        []*op
@@ -614,7 +618,7 @@ func (w *worker) execRedis(calls []call, resend bool, deadline time.Time) int {
 	var pipe redis.Pipeliner
 	n := 0
 	for i := range calls {
-		if c := &calls[i]; !resend || isNoScript(c.err) {
+		if calls[i].due(resend) {
 			n++
 		}
 	}
@@ -629,7 +633,7 @@ func (w *worker) execRedis(calls []call, resend bool, deadline time.Time) int {
 	cmds := make([]*redis.Cmd, 0, n)
 	for i := range calls {
 		c := &calls[i]
-		if resend && !isNoScript(c.err) {
+		if !c.due(resend) {
 			continue
 		}
 		if pipe == nil {
@@ -643,7 +647,7 @@ func (w *worker) execRedis(calls []call, resend bool, deadline time.Time) int {
 	k := 0
 	for i := range calls {
 		c := &calls[i]
-		if resend && !isNoScript(c.err) {
+		if !c.due(resend) {
 			continue
 		}
 		c.n, c.err = int64s(cmds[k], &c.reply)
@@ -726,9 +730,7 @@ func (h heardHook) DialHook(next redis.DialHook) redis.DialHook {
 		if err != nil {
 			return nil, err
 		}
-		hc := &heardConn{Conn: c, bt: h.bt, node: h.node(addr)}
-		h.bt.conns.Store(hc, struct{}{})
-		return hc, nil
+		return h.bt.newHeardConn(c, h.node(addr)), nil
 	}
 }
 
@@ -742,6 +744,28 @@ type heardConn struct {
 	net.Conn
 	bt   *Batcher
 	node string
+	// raw is the socket below the connection (below TLS), nil if it has
+	// none; isTLS says bytes may wait there that no request asked for
+	// (TLS records such as session tickets).
+	raw   syscall.RawConn
+	isTLS bool
+}
+
+// newHeardConn wraps a new connection to node and registers it with the
+// watchdog; its socket is resolved once, here, not at every check.
+func (bt *Batcher) newHeardConn(c net.Conn, node string) *heardConn {
+	hc := &heardConn{Conn: c, bt: bt, node: node}
+	sock := c
+	if tc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		sock, hc.isTLS = tc.NetConn(), true
+	}
+	if sc, ok := sock.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			hc.raw = raw
+		}
+	}
+	bt.conns.Store(hc, struct{}{})
+	return hc
 }
 
 func (c *heardConn) Read(p []byte) (int, error) {
@@ -767,24 +791,15 @@ func (c *heardConn) unread() bool {
 
 // peerClosed reports whether Redis has closed c (see peerClosed).
 func (c *heardConn) peerClosed() bool {
-	_, isTLS := c.Conn.(interface{ NetConn() net.Conn })
 	closed := false
-	c.control(func(fd uintptr) { closed = peerClosed(fd, isTLS) })
+	c.control(func(fd uintptr) { closed = peerClosed(fd, c.isTLS) })
 	return closed
 }
 
-// control runs f on c's socket (below TLS), if it has one.
+// control runs f on c's socket, if it has one.
 func (c *heardConn) control(f func(fd uintptr)) {
-	conn := c.Conn
-	if tc, ok := conn.(interface{ NetConn() net.Conn }); ok {
-		conn = tc.NetConn() // TLS: the socket below it
-	}
-	sc, ok := conn.(syscall.Conn)
-	if !ok {
-		return
-	}
-	if raw, err := sc.SyscallConn(); err == nil {
-		_ = raw.Control(f)
+	if c.raw != nil {
+		_ = c.raw.Control(f)
 	}
 }
 

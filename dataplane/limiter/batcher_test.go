@@ -99,22 +99,14 @@ func TestBatcherRecoversFromScriptFlush(t *testing.T) {
 			c := srv.Client(t)
 			chain, _ := newChain(t, backend{client: c, viaGoRedis: viaGoRedis})
 			b := Bucket{Key: Key("t", "flush"), Capacity: 300, RefillTokens: 1, RefillPeriodMs: 3600_000}
-			stop := make(chan struct{})
-			go func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					_ = c.ScriptFlush(context.Background()).Err()
-					time.Sleep(time.Millisecond)
-				}
-			}()
+			stop := flushScripts(c)
 			got := hammer(t, []Limiter{chain}, b, 1000)
-			close(stop)
+			flushes := stop()
 			if got != 300 {
 				t.Fatalf("admitted %d with SCRIPT FLUSH running, want exactly 300", got)
+			}
+			if flushes == 0 {
+				t.Fatal("no SCRIPT FLUSH happened during the run")
 			}
 		})
 	}

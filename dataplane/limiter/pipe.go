@@ -92,18 +92,17 @@ func (p *pipe) connect(now, deadline time.Time) error {
 	if p.conn != nil {
 		return nil
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
+	dialBy := deadline
 	if d := p.opts.dialTimeout; d > 0 && now.Add(d).Before(deadline) {
-		ctx, cancel = context.WithTimeout(ctx, d)
-		defer cancel()
+		dialBy = now.Add(d)
 	}
+	ctx, cancel := context.WithDeadline(context.Background(), dialBy)
+	defer cancel()
 	nc, err := p.opts.dial(ctx, p.opts.network, p.opts.addr)
 	if err != nil {
 		return err
 	}
-	hc := &heardConn{Conn: nc, bt: p.bt}
-	p.bt.conns.Store(hc, struct{}{})
+	hc := p.bt.newHeardConn(nc, "")
 	if p.rd == nil {
 		p.rd = bufio.NewReaderSize(hc, 4096)
 	} else {
@@ -171,7 +170,7 @@ func (p *pipe) exec(calls []call, resend bool, layout Layout, deadline time.Time
 	n := 0
 	for i := range calls {
 		c := &calls[i]
-		if resend && !isNoScript(c.err) {
+		if !c.due(resend) {
 			continue
 		}
 		keys, args := p.args.fill(&c.ops[0].b, c.cost, c.want, c.deadlineMs, layout)
@@ -192,7 +191,7 @@ func (p *pipe) exec(calls []call, resend bool, layout Layout, deadline time.Time
 	}
 	for i := range calls {
 		c := &calls[i]
-		if resend && !isNoScript(c.err) {
+		if !c.due(resend) {
 			continue
 		}
 		if err == nil {

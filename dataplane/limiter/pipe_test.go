@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -159,7 +160,7 @@ func TestReadReply(t *testing.T) {
 				t.Fatalf("reply error %v", replyErr)
 			case tc.replyErr != "" && (replyErr == nil || !strings.Contains(replyErr.Error(), tc.replyErr)):
 				t.Fatalf("reply error %v, want one with %q", replyErr, tc.replyErr)
-			case tc.replyErr == "" && !slicesEqual(dst[:n], tc.want):
+			case tc.replyErr == "" && !slices.Equal(dst[:n], tc.want):
 				t.Fatalf("read %v, want %v", dst[:n], tc.want)
 			}
 			var re redis.Error
@@ -172,18 +173,6 @@ func TestReadReply(t *testing.T) {
 			}
 		})
 	}
-}
-
-func slicesEqual(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestDirectOnlyForOneServer: workers open connections of their own to a

@@ -241,12 +241,28 @@ func TestScriptFlushMidRunRecovers(t *testing.T) {
 	c := srv.Client(t)
 	l := allow(NewRedis(c))
 	b := Bucket{Key: Key("t", "flush"), Capacity: 300, RefillTokens: 1, RefillPeriodMs: 3600_000}
-	stop := make(chan struct{})
+	stop := flushScripts(c)
+	got := hammer(t, []Limiter{l, allow(NewRedis(srv.Client(t)))}, b, 1000)
+	flushes := stop()
+	if got != int64(b.Capacity) {
+		t.Fatalf("admitted %d with SCRIPT FLUSH running, want exactly %d", got, int64(b.Capacity))
+	}
+	if flushes == 0 {
+		t.Fatal("no SCRIPT FLUSH happened during the run")
+	}
+}
+
+// flushScripts runs SCRIPT FLUSH on c about every millisecond until stop
+// is called; stop returns how many flushes Redis carried out.
+func flushScripts(c *redis.Client) (stop func() int64) {
+	done := make(chan struct{})
 	var flushes atomic.Int64
+	exited := make(chan struct{})
 	go func() {
+		defer close(exited)
 		for {
 			select {
-			case <-stop:
+			case <-done:
 				return
 			default:
 			}
@@ -256,13 +272,10 @@ func TestScriptFlushMidRunRecovers(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	got := hammer(t, []Limiter{l, allow(NewRedis(srv.Client(t)))}, b, 1000)
-	close(stop)
-	if got != int64(b.Capacity) {
-		t.Fatalf("admitted %d with SCRIPT FLUSH running, want exactly %d", got, int64(b.Capacity))
-	}
-	if flushes.Load() == 0 {
-		t.Fatal("no SCRIPT FLUSH happened during the run")
+	return func() int64 {
+		close(done)
+		<-exited
+		return flushes.Load()
 	}
 }
 
