@@ -151,8 +151,8 @@ type rlsTarget struct {
 }
 
 // rlsGateway starts a gateway in mode m with a Redis of its own.
-func (h *harness) rlsGateway(ctx context.Context, m limiterMode) (t *rlsTarget, err error) {
-	t = &rlsTarget{name: m.name}
+func (h *harness) rlsGateway(ctx context.Context, m limiterMode) (_ *rlsTarget, err error) {
+	t := &rlsTarget{name: m.name} // not the result: the deferred close needs it after a failed start
 	var closers []func()
 	t.close = func() {
 		for i := len(closers) - 1; i >= 0; i-- {
