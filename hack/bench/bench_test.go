@@ -73,6 +73,8 @@ func TestQuickRunProducesReport(t *testing.T) {
 		t.Error("rls: want calls in three limiter modes (classic, batched, local)")
 	case res.RLS.Floor == nil || res.RLS.Floor.Calls == 0 || res.RLS.Floor.CPUPerDecision <= 0 || res.RLS.Modes[0].VsFloor <= 0:
 		t.Error("rls: want the floor's calls and CPU, and the modes against it")
+	case res.RLS.Paced == nil || len(res.RLS.Paced.Modes) != 3 || res.RLS.Paced.Floor == nil:
+		t.Error("rls: want the steady pass, for the three modes and the floor")
 	case res.Limits == nil || len(res.Limits.Kinds) != len(limitKinds):
 		t.Error("limits: want every rule kind")
 	}
@@ -81,6 +83,16 @@ func TestQuickRunProducesReport(t *testing.T) {
 			// Requests were sent, and decided in Redis.
 			if k.Sent == 0 || k.ScriptsPerReq <= 0 {
 				t.Errorf("limits %s: %+v", k.Kind, k)
+			}
+		}
+	}
+	if res.RLS != nil && res.RLS.Paced != nil {
+		p := res.RLS.Paced
+		// Paced, not as fast as each target answers (hundreds of calls
+		// per second, not thousands), and kept up.
+		for _, run := range append(p.Modes, *p.Floor) {
+			if r := run.PerSecond / float64(p.Rate); r < 0.5 || r > 1.1 {
+				t.Errorf("rls steady %d/s: %s ran at %.0f calls/s", p.Rate, run.Mode, run.PerSecond)
 			}
 		}
 	}

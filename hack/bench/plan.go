@@ -44,8 +44,10 @@ type plan struct {
 	SnapshotRules int    `json:"snapshotRules"`
 	PublishBench  string `json:"publishBench"`
 
-	// 8. Envoy rate limit service: closed-loop callers, measured time.
+	// 8. Envoy rate limit service: callers, measured time (closed-loop,
+	// then at a steady RLSRate).
 	RLSStreams int           `json:"rlsStreams"`
+	RLSRate    int           `json:"rlsRate"` // calls per second, all callers together; 0: no steady pass
 	RLSDur     time.Duration `json:"rlsDurationNs"`
 
 	// 9. Limits: a steady rate the machine sustains with every limit, so
@@ -90,6 +92,7 @@ func newPlan(quick bool) plan {
 
 		RLSStreams: 50,
 		RLSDur:     20 * time.Second,
+		RLSRate:    refRLSDecisionsPerSecond,
 
 		LimitsRate: 1000,
 		LimitsDur:  8 * time.Second,
@@ -116,6 +119,7 @@ func newPlan(quick bool) plan {
 		p.PublishBench = "Publish/rules=20000/cold"
 		p.RLSStreams = 4
 		p.RLSDur = time.Second
+		p.RLSRate = 200
 		p.LimitsRate = 250
 		p.LimitsDur = time.Second
 	}

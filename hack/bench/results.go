@@ -300,6 +300,17 @@ type RLSResult struct {
 	Modes   []RLSRun `json:"modes"`
 	// Floor is a grpc-go server answering a constant OK under the same load.
 	Floor *RLSRun `json:"floor,omitempty"`
+	// Paced is the same targets again, at a steady rate.
+	Paced *RLSPaced `json:"paced,omitempty"`
+}
+
+// RLSPaced is the rls scenario's second pass: every target at one steady
+// rate (the same work per second for each), where the first pass drives
+// each as fast as it answers.
+type RLSPaced struct {
+	Rate  int      `json:"rate"` // calls per second
+	Modes []RLSRun `json:"modes"`
+	Floor *RLSRun  `json:"floor,omitempty"`
 }
 
 // RLSRun is one limiter mode's run of the rls scenario.

@@ -40,7 +40,7 @@ func (h *harness) rlsProfile(ctx context.Context, gw *gatewayProc, client rlsv3.
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		h.driveRLS(ctx, client, time.Duration(secs)*time.Second+time.Second)
+		h.driveRLS(ctx, client, time.Duration(secs)*time.Second+time.Second, 0)
 	}()
 	defer func() { <-done }()
 	if err := sleep(ctx, 300*time.Millisecond); err != nil {

@@ -61,9 +61,36 @@ func (h *harness) scenarioRLS(ctx context.Context) error {
 		return err
 	}
 	for _, t := range targets {
-		h.driveRLS(ctx, t.client, h.plan.Warmup) // connections, pools, caches
+		h.driveRLS(ctx, t.client, h.plan.Warmup, 0) // connections, pools, caches
+	}
+	if res.Modes, res.Floor, err = h.rlsPass(ctx, targets, 0); err != nil {
+		return err
+	}
+	for i := range res.Modes {
+		run, t := &res.Modes[i], targets[i]
+		if run.Profile, err = h.rlsProfile(ctx, t.gw, t.client, t.name); err != nil {
+			h.logf("rls %s: no CPU profile: %v", t.name, err)
+		}
+	}
+	h.rlsCompare("closed loop", res.Modes, res.Floor)
+	if h.plan.RLSRate > 0 {
+		paced := &RLSPaced{Rate: h.plan.RLSRate}
+		if paced.Modes, paced.Floor, err = h.rlsPass(ctx, targets, h.plan.RLSRate); err != nil {
+			return err
+		}
+		res.Paced = paced
+		h.rlsCompare(fmt.Sprintf("steady %d/s", paced.Rate), paced.Modes, paced.Floor)
+	}
+	return nil
+}
+
+// rlsPass measures every target under the same callers, closed-loop (rate
+// 0) or at a steady rate, in interleaved rounds: the gateways' runs in the
+// order of targets, and the floor's.
+func (h *harness) rlsPass(ctx context.Context, targets []*rlsTarget, rate int) (modes []RLSRun, floor *RLSRun, err error) {
+	for _, t := range targets {
 		if err := t.begin(ctx); err != nil {
-			return fmt.Errorf("%s: %w", t.name, err)
+			return nil, nil, fmt.Errorf("%s: %w", t.name, err)
 		}
 	}
 	part := h.plan.RLSDur / rlsRounds
@@ -72,42 +99,42 @@ func (h *harness) scenarioRLS(ctx context.Context) error {
 			// Each round starts with the next target, so that none always
 			// runs right after another.
 			t := targets[(round+i)%len(targets)]
-			if err := t.drive(ctx, h, part); err != nil {
-				return fmt.Errorf("%s: %w", t.name, err)
+			if err := t.drive(ctx, h, part, rate); err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", t.name, err)
 			}
 		}
 	}
 	for _, t := range targets {
 		run, err := t.finish(ctx)
 		if err != nil {
-			return fmt.Errorf("%s: %w", t.name, err)
+			return nil, nil, fmt.Errorf("%s: %w", t.name, err)
 		}
 		if t.gw == nil {
-			res.Floor = run
+			floor = run
 			continue
 		}
-		if run.Profile, err = h.rlsProfile(ctx, t.gw, t.client, t.name); err != nil {
-			h.logf("rls %s: no CPU profile: %v", t.name, err)
-		}
-		res.Modes = append(res.Modes, *run)
+		modes = append(modes, *run)
 	}
-	h.rlsCompare(res)
-	return nil
+	if floor != nil {
+		for i := range modes {
+			if floor.CPUPerDecision > 0 {
+				modes[i].VsFloor = round(modes[i].CPUPerDecision/floor.CPUPerDecision, 2)
+			}
+		}
+	}
+	return modes, floor, nil
 }
 
-// rlsCompare sets each mode's CPU per decision against the floor's and
-// logs the figures.
-func (h *harness) rlsCompare(res *RLSResult) {
-	for i := range res.Modes {
-		run := &res.Modes[i]
-		if res.Floor.CPUPerDecision > 0 {
-			run.VsFloor = round(run.CPUPerDecision/res.Floor.CPUPerDecision, 2)
-		}
+// rlsCompare logs a pass's figures.
+func (h *harness) rlsCompare(pass string, modes []RLSRun, floor *RLSRun) {
+	h.logf("%s:", pass)
+	for _, run := range modes {
 		h.logf("%-8s %6.0f decisions/s, p99 %.2f ms, gateway %.1f µs CPU/decision (%.0f decisions per CPU-second, %.2f× the reference, %.2f× the floor), %.3f script calls/decision",
 			run.Mode, run.PerSecond, run.P99, run.CPUPerDecision, run.PerCPUSecond, run.VsReference, run.VsFloor, run.ScriptCallsPerDec)
 	}
-	f := res.Floor
-	h.logf("floor    %6.0f calls/s, p99 %.2f ms, %.1f µs CPU/call (a grpc-go server answering a constant OK)", f.PerSecond, f.P99, f.CPUPerDecision)
+	if f := floor; f != nil {
+		h.logf("floor    %6.0f calls/s, p99 %.2f ms, %.1f µs CPU/call (a grpc-go server answering a constant OK)", f.PerSecond, f.P99, f.CPUPerDecision)
+	}
 }
 
 // rlsTargets starts what the rls scenario measures: a gateway in each of
@@ -186,8 +213,10 @@ func (h *harness) rlsGateway(ctx context.Context, m limiterMode) (_ *rlsTarget, 
 	return t, nil
 }
 
-// begin starts the measured time: Redis's statistics and CPU from here.
+// begin starts a pass's measured time: what t's rounds add up, Redis's
+// statistics and CPU, from here.
 func (t *rlsTarget) begin(ctx context.Context) error {
+	t.lat, t.failed, t.elapsed, t.d = nil, 0, 0, counters{}
 	if t.rs == nil {
 		return nil
 	}
@@ -210,13 +239,13 @@ func (t *rlsTarget) snapshot(ctx context.Context) (counters, error) {
 }
 
 // drive runs the callers against t for d and adds up what it cost.
-func (t *rlsTarget) drive(ctx context.Context, h *harness, d time.Duration) error {
+func (t *rlsTarget) drive(ctx context.Context, h *harness, d time.Duration, rate int) error {
 	c0, err := t.snapshot(ctx)
 	if err != nil {
 		return err
 	}
 	t0 := time.Now()
-	lat, failed := h.driveRLS(ctx, t.client, d)
+	lat, failed := h.driveRLS(ctx, t.client, d, rate)
 	elapsed := time.Since(t0)
 	c1, err := t.snapshot(ctx)
 	if err != nil {
@@ -272,28 +301,49 @@ func newRLSRun(mode string, lat []time.Duration, failed int64, elapsed time.Dura
 	return run
 }
 
-// driveRLS runs RLSStreams closed-loop callers for d, each over its own
-// Zipf tenant mix, and returns the latencies of the successful calls and the
-// number of failed ones.
-func (h *harness) driveRLS(ctx context.Context, client rlsv3.RateLimitServiceClient, d time.Duration) ([]time.Duration, int64) {
+// driveRLS runs RLSStreams callers for d, each over its own Zipf tenant
+// mix, and returns the latencies of the successful calls and the number of
+// failed ones. With rate 0 each caller is a closed loop (the next call as
+// soon as the last returns); otherwise they send rate calls per second
+// between them, each call's latency counted from when it was due.
+func (h *harness) driveRLS(ctx context.Context, client rlsv3.RateLimitServiceClient, d time.Duration, rate int) ([]time.Duration, int64) {
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
 		all    []time.Duration
 		failed int64
 	)
-	deadline := time.Now().Add(d)
+	t0 := time.Now()
+	deadline := t0.Add(d)
+	// With a rate, each caller sends every interval, its calls shifted
+	// from the others' by an equal share of it.
+	var interval time.Duration
+	if rate > 0 {
+		interval = time.Duration(float64(time.Second) * float64(h.plan.RLSStreams) / float64(rate))
+	}
 	for i := range h.plan.RLSStreams {
 		mix := newZipfMix(h.cfg.seed+int64(i), h.plan.Tenants, h.plan.ZipfS, h.plan.HotShare)
+		due := t0.Add(interval * time.Duration(i) / time.Duration(h.plan.RLSStreams))
 		wg.Go(func() {
 			req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "tenant"}, {Key: "route", Value: "bench"}},
 			}}}
 			lat := make([]time.Duration, 0, 1<<12)
 			var bad int64
-			for time.Now().Before(deadline) && ctx.Err() == nil {
-				req.Descriptors[0].Entries[0].Value = mix.next()
+			for ctx.Err() == nil {
 				start := time.Now()
+				if interval > 0 {
+					if !due.Before(deadline) {
+						break
+					}
+					if wait := time.Until(due); wait > 0 {
+						time.Sleep(wait)
+					}
+					start, due = due, due.Add(interval)
+				} else if !start.Before(deadline) {
+					break
+				}
+				req.Descriptors[0].Entries[0].Value = mix.next()
 				if _, err := client.ShouldRateLimit(ctx, req); err != nil {
 					bad++
 					continue
