@@ -26,17 +26,19 @@ import (
 //	go test -run '^$' -bench ChainAllow -benchmem -cpuprofile cpu.out ./dataplane/limiter/
 func BenchmarkChainAllow(b *testing.B) {
 	for _, viaGoRedis := range []bool{false, true} {
-		b.Run(map[bool]string{false: "own-connections", true: "go-redis"}[viaGoRedis], func(b *testing.B) {
-			benchChainAllow(b, viaGoRedis)
-		})
+		for _, pipelines := range []int{1, 2, 4} {
+			b.Run(fmt.Sprintf("%s/pipelines=%d", map[bool]string{false: "own-connections", true: "go-redis"}[viaGoRedis], pipelines), func(b *testing.B) {
+				benchChainAllow(b, viaGoRedis, pipelines)
+			})
+		}
 	}
 }
 
-func benchChainAllow(b *testing.B, viaGoRedis bool) {
+func benchChainAllow(b *testing.B, viaGoRedis bool, pipelines int) {
 	srv := redistest.Start(b)
 	pinApart(b, srv.Pid())
 	c := NewChain(ChainOptions{Client: srv.Client(b), Coalesce: true, EmptyBucketCache: true, Timeout: time.Second, MaxWait: 2 * time.Second,
-		PipelinesViaGoRedis: viaGoRedis})
+		PipelinesViaGoRedis: viaGoRedis, Pipelines: pipelines})
 	b.Cleanup(func() { _ = c.Close() })
 	buckets := make([]Bucket, 1000)
 	for i := range buckets {
@@ -58,6 +60,8 @@ func benchChainAllow(b *testing.B, viaGoRedis bool) {
 	})
 	cpu.report(b)
 	b.ReportMetric(float64(rejected.Load())/float64(b.N), "rejected/op")
+	roundTrips, _, _ := c.Stats()
+	b.ReportMetric(float64(roundTrips)/float64(b.N), "roundtrips/op")
 }
 
 // pinApart: run under `taskset -c N` (one CPU), the benchmark's
