@@ -181,3 +181,13 @@ func readFile(p string) string {
 	b, _ := os.ReadFile(p)
 	return string(b)
 }
+
+// A gateway of the rls scenario that cannot start (here: no redis-server
+// on PATH) is an error, and its cleanup runs without a nil dereference.
+func TestRLSGatewayThatFailsToStartIsAnError(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	h := &harness{logDir: t.TempDir()}
+	if _, err := h.rlsGateway(t.Context(), limiterMode{name: "batched"}); err == nil {
+		t.Fatal("started a gateway without redis-server")
+	}
+}

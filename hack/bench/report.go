@@ -368,12 +368,12 @@ func (h *harness) mdRLS(m *md) {
 	}
 	m.section("8. Envoy rate limit service (baseline: classic)", "%d callers, first each a closed loop of unary `ShouldRateLimit` calls over one shared HTTP/2 connection (as Envoy sends them), for %s after %s of warm-up, in %d rounds: each mode's gateway and the floor driven in turn for a round's share of the time, so that the machine's load changing during the run weighs on them alike; one descriptor per call, tenants from the mix (%s). Rule: %s. Reference: Envoy's Go ratelimit service, ~%d decisions/s at ~%d µs CPU per decision (%.0f decisions per CPU-second) and %d Redis commands per decision; the target is at least 2× its decisions per CPU-second.",
 		r.Streams, h.plan.RLSDur, h.plan.Warmup, rlsRounds, r.Mix, r.Rule, refRLSDecisionsPerSecond, refRLSCPUMicrosPerDec, 1e6/refRLSCPUMicrosPerDec, refRLSRedisPerDecision)
-	m.table(rlsColumns, rlsRows(r.Modes, r.Floor))
+	m.table(rlsColumns, rlsRows(r.RLSPass))
 	m.p("floor: a grpc-go server (this harness, `-serve-rls-floor`, with the service's gRPC server options) answering every call with one constant OK, under the same callers: the least a rate limit service on grpc-go costs; the target is at most 1.4× its CPU per call. local: the same service deciding with `--limiter=local` (no Redis), so that the cost of the Redis path (batched − local) and of the rest of the service (local − floor) stand apart. CPUs: %s.", h.res.Meta.Pinning)
 	if p := r.Paced; p != nil {
 		m.p("The same targets again at a steady %d calls/s between the callers (the reference's rate), in %d rounds of %s in all: every target does the same work per second, where closed loops give each as many calls as it answers (and a faster target more calls to share each system call and wake-up). Latencies count from when a call was due.",
 			p.Rate, rlsRounds, rlsPacedDur(h.plan))
-		m.table(rlsColumns, rlsRows(p.Modes, p.Floor))
+		m.table(rlsColumns, rlsRows(*p))
 	}
 	h.mdRLSProfiles(m, r.Modes)
 }
@@ -382,10 +382,10 @@ func (h *harness) mdRLS(m *md) {
 var rlsColumns = []string{"mode", "decisions/s", "failed calls", "p50 ms", "p99 ms", "gateway CPU µs/decision", "vs floor", "decisions per CPU-second", "vs reference", "script calls/decision", "round trips/decision", "redis-server CPU µs/decision"}
 
 // rlsRows are one pass's rows: the modes, then the floor.
-func rlsRows(modes []RLSRun, floor *RLSRun) [][]string {
-	runs := modes
-	if floor != nil {
-		runs = append(runs[:len(runs):len(runs)], *floor)
+func rlsRows(p RLSPass) [][]string {
+	runs := p.Modes
+	if p.Floor != nil {
+		runs = append(runs[:len(runs):len(runs)], *p.Floor)
 	}
 	var rows [][]string
 	for _, x := range runs {

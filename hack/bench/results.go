@@ -294,23 +294,22 @@ func redisVersion() string {
 
 // RLSResult is the rls scenario's: the Envoy rate limit service.
 type RLSResult struct {
-	Streams int      `json:"streams"`
-	Mix     string   `json:"mix"`
-	Rule    string   `json:"rule"`
-	Modes   []RLSRun `json:"modes"`
-	// Floor is a grpc-go server answering a constant OK under the same load.
-	Floor *RLSRun `json:"floor,omitempty"`
-	// Paced is the same targets again, at a steady rate.
-	Paced *RLSPaced `json:"paced,omitempty"`
+	Streams int    `json:"streams"`
+	Mix     string `json:"mix"`
+	Rule    string `json:"rule"`
+	// The closed loops: each target driven as fast as it answers.
+	RLSPass
+	// Paced is the same targets again, at a steady rate (the same work per
+	// second for each).
+	Paced *RLSPass `json:"paced,omitempty"`
 }
 
-// RLSPaced is the rls scenario's second pass: every target at one steady
-// rate (the same work per second for each), where the first pass drives
-// each as fast as it answers.
-type RLSPaced struct {
-	Rate  int      `json:"rate"` // calls per second
+// RLSPass is one pass of the rls scenario over every target.
+type RLSPass struct {
+	Rate  int      `json:"rate,omitempty"` // calls per second; 0: closed loops
 	Modes []RLSRun `json:"modes"`
-	Floor *RLSRun  `json:"floor,omitempty"`
+	// Floor is a grpc-go server answering a constant OK under the same load.
+	Floor *RLSRun `json:"floor,omitempty"`
 }
 
 // RLSRun is one limiter mode's run of the rls scenario.

@@ -63,23 +63,28 @@ func (h *harness) scenarioRLS(ctx context.Context) error {
 	for _, t := range targets {
 		h.driveRLS(ctx, t.client, h.plan.Warmup, 0) // connections, pools, caches
 	}
-	if res.Modes, res.Floor, err = h.rlsPass(ctx, targets, h.plan.RLSDur, 0); err != nil {
+	if res.RLSPass, err = h.rlsPass(ctx, targets, h.plan.RLSDur, 0); err != nil {
 		return err
 	}
-	for i := range res.Modes {
-		run, t := &res.Modes[i], targets[i]
+	k := 0 // the gateways' runs are in the order of targets
+	for _, t := range targets {
+		if t.gw == nil {
+			continue
+		}
+		run := &res.Modes[k]
+		k++
 		if run.Profile, err = h.rlsProfile(ctx, t.gw, t.client, t.name); err != nil {
 			h.logf("rls %s: no CPU profile: %v", t.name, err)
 		}
 	}
-	h.rlsCompare("closed loop", res.Modes, res.Floor)
+	h.rlsCompare(res.RLSPass)
 	if h.plan.RLSRate > 0 {
-		paced := &RLSPaced{Rate: h.plan.RLSRate}
-		if paced.Modes, paced.Floor, err = h.rlsPass(ctx, targets, rlsPacedDur(h.plan), h.plan.RLSRate); err != nil {
+		paced, err := h.rlsPass(ctx, targets, rlsPacedDur(h.plan), h.plan.RLSRate)
+		if err != nil {
 			return err
 		}
-		res.Paced = paced
-		h.rlsCompare(fmt.Sprintf("steady %d/s", paced.Rate), paced.Modes, paced.Floor)
+		res.Paced = &paced
+		h.rlsCompare(paced)
 	}
 	return nil
 }
@@ -87,10 +92,11 @@ func (h *harness) scenarioRLS(ctx context.Context) error {
 // rlsPass measures every target under the same callers, closed-loop (rate
 // 0) or at a steady rate, in interleaved rounds: the gateways' runs in the
 // order of targets, and the floor's.
-func (h *harness) rlsPass(ctx context.Context, targets []*rlsTarget, dur time.Duration, rate int) (modes []RLSRun, floor *RLSRun, err error) {
+func (h *harness) rlsPass(ctx context.Context, targets []*rlsTarget, dur time.Duration, rate int) (RLSPass, error) {
+	pass := RLSPass{Rate: rate}
 	for _, t := range targets {
 		if err := t.begin(ctx); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", t.name, err)
+			return pass, fmt.Errorf("%s: %w", t.name, err)
 		}
 	}
 	part := dur / rlsRounds
@@ -100,29 +106,27 @@ func (h *harness) rlsPass(ctx context.Context, targets []*rlsTarget, dur time.Du
 			// runs right after another.
 			t := targets[(round+i)%len(targets)]
 			if err := t.drive(ctx, h, part, rate); err != nil {
-				return nil, nil, fmt.Errorf("%s: %w", t.name, err)
+				return pass, fmt.Errorf("%s: %w", t.name, err)
 			}
 		}
 	}
 	for _, t := range targets {
 		run, err := t.finish(ctx)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", t.name, err)
+			return pass, fmt.Errorf("%s: %w", t.name, err)
 		}
 		if t.gw == nil {
-			floor = run
+			pass.Floor = run
 			continue
 		}
-		modes = append(modes, *run)
+		pass.Modes = append(pass.Modes, *run)
 	}
-	if floor != nil {
-		for i := range modes {
-			if floor.CPUPerDecision > 0 {
-				modes[i].VsFloor = round(modes[i].CPUPerDecision/floor.CPUPerDecision, 2)
-			}
+	if f := pass.Floor; f != nil && f.CPUPerDecision > 0 {
+		for i := range pass.Modes {
+			pass.Modes[i].VsFloor = round(pass.Modes[i].CPUPerDecision/f.CPUPerDecision, 2)
 		}
 	}
-	return modes, floor, nil
+	return pass, nil
 }
 
 // rlsPacedDur is the steady pass's measured time: half the closed loops',
@@ -131,15 +135,23 @@ func (h *harness) rlsPass(ctx context.Context, targets []*rlsTarget, dur time.Du
 func rlsPacedDur(p plan) time.Duration { return p.RLSDur / 2 }
 
 // rlsCompare logs a pass's figures.
-func (h *harness) rlsCompare(pass string, modes []RLSRun, floor *RLSRun) {
-	h.logf("%s:", pass)
-	for _, run := range modes {
+func (h *harness) rlsCompare(p RLSPass) {
+	h.logf("%s:", p.name())
+	for _, run := range p.Modes {
 		h.logf("%-8s %6.0f decisions/s, p99 %.2f ms, gateway %.1f µs CPU/decision (%.0f decisions per CPU-second, %.2f× the reference, %.2f× the floor), %.3f script calls/decision",
 			run.Mode, run.PerSecond, run.P99, run.CPUPerDecision, run.PerCPUSecond, run.VsReference, run.VsFloor, run.ScriptCallsPerDec)
 	}
-	if f := floor; f != nil {
+	if f := p.Floor; f != nil {
 		h.logf("floor    %6.0f calls/s, p99 %.2f ms, %.1f µs CPU/call (a grpc-go server answering a constant OK)", f.PerSecond, f.P99, f.CPUPerDecision)
 	}
+}
+
+// name says how the pass drove the targets.
+func (p RLSPass) name() string {
+	if p.Rate == 0 {
+		return "closed loop"
+	}
+	return fmt.Sprintf("steady %d/s", p.Rate)
 }
 
 // rlsTargets starts what the rls scenario measures: a gateway in each of

@@ -276,20 +276,20 @@ func rlsVsFloor(h *harness) []measured {
 			note += fmt.Sprintf("; without Redis (--limiter=local) %.1f µs: %.2f×", m.CPUPerDecision, m.VsFloor)
 		}
 	}
-	out := batchedVsFloor(h, "closed loop: ", r.Modes, r.Floor, note)
+	out := batchedVsFloor(h, r.RLSPass, note)
 	if p := r.Paced; p != nil {
-		out = append(out, batchedVsFloor(h, fmt.Sprintf("steady %d/s: ", p.Rate), p.Modes, p.Floor, "batched (default) mode, every target at the same rate")...)
+		out = append(out, batchedVsFloor(h, *p, "batched (default) mode, every target at the same rate")...)
 	}
 	return out
 }
 
 // batchedVsFloor judges the batched mode of one pass of the rls scenario
 // against its floor.
-func batchedVsFloor(h *harness, pass string, modes []RLSRun, floor *RLSRun, note string) []measured {
+func batchedVsFloor(h *harness, p RLSPass, note string) []measured {
 	var out []measured
-	for _, m := range modes {
-		if m.Mode == "batched" && m.VsFloor > 0 && floor != nil {
-			out = append(out, measured{value: fmt.Sprintf("%s%.1f µs vs %.1f µs: %.2f×", pass, m.CPUPerDecision, floor.CPUPerDecision, m.VsFloor),
+	for _, m := range p.Modes {
+		if m.Mode == "batched" && m.VsFloor > 0 && p.Floor != nil {
+			out = append(out, measured{value: fmt.Sprintf("%s: %.1f µs vs %.1f µs: %.2f×", p.name(), m.CPUPerDecision, p.Floor.CPUPerDecision, m.VsFloor),
 				met: m.VsFloor <= 1.4, judged: !h.cfg.quick && !raceEnabled, note: note})
 		}
 	}
@@ -300,20 +300,20 @@ func rlsVsReference(h *harness) []measured {
 	if h.res.RLS == nil {
 		return nil
 	}
-	out := batchedVsReference(h, "closed loop: ", h.res.RLS.Modes)
+	out := batchedVsReference(h, h.res.RLS.RLSPass)
 	if p := h.res.RLS.Paced; p != nil {
-		out = append(out, batchedVsReference(h, fmt.Sprintf("steady %d/s: ", p.Rate), p.Modes)...)
+		out = append(out, batchedVsReference(h, *p)...)
 	}
 	return out
 }
 
 // batchedVsReference judges the batched mode of one pass of the rls
 // scenario against Envoy's ratelimit service's figure (~8,000 decisions/s).
-func batchedVsReference(h *harness, pass string, modes []RLSRun) []measured {
+func batchedVsReference(h *harness, p RLSPass) []measured {
 	var out []measured
-	for _, m := range modes {
+	for _, m := range p.Modes {
 		if m.Mode == "batched" && m.PerCPUSecond > 0 {
-			out = append(out, measured{value: fmt.Sprintf("%s%.0f vs %.0f: %.2f×", pass, m.PerCPUSecond, 1e6/refRLSCPUMicrosPerDec, m.VsReference),
+			out = append(out, measured{value: fmt.Sprintf("%s: %.0f vs %.0f: %.2f×", p.name(), m.PerCPUSecond, 1e6/refRLSCPUMicrosPerDec, m.VsReference),
 				met: m.VsReference >= 2, judged: !h.cfg.quick && !raceEnabled, note: "batched (default) mode; the reference ran on another machine"})
 		}
 	}
