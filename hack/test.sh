@@ -27,13 +27,16 @@ if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
+# -trimpath keeps the checkout's path out of what the compiler writes, so a
+# fresh clone in another directory finds its own packages in the build cache
+# (without it, every one of them compiles again: about 90 s of a warm run).
 step "go vet"
-# -race makes vet compile the dependencies exactly as the tests below do, so
-# they are built once.
-go vet -race ./...
+# -race -trimpath make vet compile the dependencies exactly as the tests
+# below do, so they are built once.
+go vet -race -trimpath ./...
 
 step "hack/image (its own module: the image builder): vet and test"
-(cd hack/image && go vet ./... && go test -race -count=1 ./...)
+(cd hack/image && go vet -race -trimpath ./... && go test -race -trimpath -count=1 ./...)
 
 step "waiting for the envtest binaries"
 if ! wait "$envtest_pid"; then
@@ -43,7 +46,7 @@ KUBEBUILDER_ASSETS=$(cat "$envtest_out")
 export KUBEBUILDER_ASSETS
 
 step "go test -race"
-go test -race -count=1 -timeout 40m ./... "$@"
+go test -race -trimpath -count=1 -timeout 40m ./... "$@"
 
 step "stress tests without the race detector"
 # Exactness under a loaded machine: the race detector would slow the

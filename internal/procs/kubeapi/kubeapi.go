@@ -20,10 +20,58 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-// RepoRoot is the repository's top directory.
+// module is this repository's module path, as its go.mod declares it.
+const module = "github.com/tollgate-dev/tollgate"
+
+var (
+	rootOnce sync.Once
+	root     string
+)
+
+// RepoRoot is the repository's top directory: the nearest directory at or
+// above the working directory whose go.mod declares this module (tests run
+// in their package's directory, `go run ./hack/bench` anywhere in the
+// checkout). The test command builds with -trimpath, so that a fresh clone
+// elsewhere reuses the build cache, and such a build keeps no source paths
+// to go by; an untrimmed build run outside the checkout falls back to this
+// file's own path.
 func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+	rootOnce.Do(func() {
+		if wd, err := os.Getwd(); err == nil {
+			root = moduleRoot(wd)
+		}
+		if _, file, _, ok := runtime.Caller(0); root == "" && ok && filepath.IsAbs(file) {
+			root = filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+		}
+	})
+	return root
+}
+
+// moduleRoot is the nearest directory at or above dir whose go.mod declares
+// module; "" when there is none (nested modules, such as hack/image's, are
+// passed over).
+func moduleRoot(dir string) string {
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && declares(b, module) {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+// declares reports whether the go.mod text gomod has a module directive for
+// path.
+func declares(gomod []byte, path string) bool {
+	for line := range strings.Lines(string(gomod)) {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" && strings.Trim(f[1], `"`) == path {
+			return true
+		}
+	}
+	return false
 }
 
 var (
