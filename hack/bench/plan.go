@@ -45,9 +45,11 @@ type plan struct {
 	PublishBench  string `json:"publishBench"`
 
 	// 8. Envoy rate limit service: callers, measured time (closed-loop,
-	// then at a steady RLSRate).
+	// then at a steady RLSRate, then at RLSBusy of the batched mode's
+	// closed-loop rate).
 	RLSStreams int           `json:"rlsStreams"`
 	RLSRate    int           `json:"rlsRate"` // calls per second, all callers together; 0: no steady pass
+	RLSBusy    float64       `json:"rlsBusy"` // a share of the batched mode's closed-loop calls per second; 0: no busy pass
 	RLSDur     time.Duration `json:"rlsDurationNs"`
 
 	// 9. Limits: a steady rate the machine sustains with every limit, so
@@ -93,6 +95,7 @@ func newPlan(quick bool) plan {
 		RLSStreams: 50,
 		RLSDur:     20 * time.Second,
 		RLSRate:    refRLSDecisionsPerSecond,
+		RLSBusy:    0.75,
 
 		LimitsRate: 1000,
 		LimitsDur:  8 * time.Second,
@@ -120,6 +123,7 @@ func newPlan(quick bool) plan {
 		p.RLSStreams = 4
 		p.RLSDur = time.Second
 		p.RLSRate = 200
+		p.RLSBusy = 0.25 // well below the ceiling, under the race detector too
 		p.LimitsRate = 250
 		p.LimitsDur = time.Second
 	}

@@ -299,14 +299,18 @@ type RLSResult struct {
 	Rule    string `json:"rule"`
 	// The closed loops: each target driven as fast as it answers.
 	RLSPass
-	// Paced is the same targets again, at a steady rate (the same work per
-	// second for each).
-	Paced *RLSPass `json:"paced,omitempty"`
+	// Steady is the same targets again at steady rates (the same work per
+	// second for each): the reference's rate, then a busy one near the
+	// default mode's ceiling.
+	Steady []RLSPass `json:"steady,omitempty"`
 }
 
 // RLSPass is one pass of the rls scenario over every target.
 type RLSPass struct {
-	Rate  int      `json:"rate,omitempty"` // calls per second; 0: closed loops
+	Rate int `json:"rate,omitempty"` // calls per second; 0: closed loops
+	// Busy, when set, is the share of the batched mode's closed-loop calls
+	// per second that Rate was set to.
+	Busy  float64  `json:"busy,omitempty"`
 	Modes []RLSRun `json:"modes"`
 	// Floor is a grpc-go server answering a constant OK under the same load.
 	Floor *RLSRun `json:"floor,omitempty"`

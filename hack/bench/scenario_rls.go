@@ -63,7 +63,7 @@ func (h *harness) scenarioRLS(ctx context.Context) error {
 	for _, t := range targets {
 		h.driveRLS(ctx, t.client, h.plan.Warmup, 0) // connections, pools, caches
 	}
-	if res.RLSPass, err = h.rlsPass(ctx, targets, h.plan.RLSDur, 0); err != nil {
+	if res.RLSPass, err = h.rlsPass(ctx, targets, h.plan.RLSDur, RLSPass{}); err != nil {
 		return err
 	}
 	k := 0 // the gateways' runs are in the order of targets
@@ -78,22 +78,52 @@ func (h *harness) scenarioRLS(ctx context.Context) error {
 		}
 	}
 	h.rlsCompare(res.RLSPass)
-	if h.plan.RLSRate > 0 {
-		paced, err := h.rlsPass(ctx, targets, rlsPacedDur(h.plan), h.plan.RLSRate)
+	for _, steady := range rlsSteadyPasses(h.plan, res.RLSPass) {
+		p, err := h.rlsPass(ctx, targets, rlsPacedDur(h.plan), steady)
 		if err != nil {
 			return err
 		}
-		res.Paced = &paced
-		h.rlsCompare(paced)
+		res.Steady = append(res.Steady, p)
+		h.rlsCompare(p)
 	}
 	return nil
 }
 
-// rlsPass measures every target under the same callers, closed-loop (rate
-// 0) or at a steady rate, in interleaved rounds: the gateways' runs in the
-// order of targets, and the floor's.
-func (h *harness) rlsPass(ctx context.Context, targets []*rlsTarget, dur time.Duration, rate int) (RLSPass, error) {
-	pass := RLSPass{Rate: rate}
+// rlsSteadyPasses are the steady passes to run (their rates): at the
+// reference's rate (plan.RLSRate), and a busy one at plan.RLSBusy of the
+// calls per second the batched (default) mode answered in its closed loop,
+// rounded down to two significant digits. A closed loop gives each target as many calls as it answers, and
+// an unsaturated process's CPU per call falls as its calls per second grow
+// (every wake-up and system call is shared by more calls), so comparing
+// closed loops partly measures which target got more calls; the busy pass
+// compares them near the default mode's ceiling at the same work.
+func rlsSteadyPasses(p plan, closed RLSPass) []RLSPass {
+	var passes []RLSPass
+	if p.RLSRate > 0 {
+		passes = append(passes, RLSPass{Rate: p.RLSRate})
+	}
+	for _, m := range closed.Modes {
+		if busy := twoDigits(int(p.RLSBusy * m.PerSecond)); m.Mode == "batched" && busy > 0 {
+			passes = append(passes, RLSPass{Rate: busy, Busy: p.RLSBusy})
+		}
+	}
+	return passes
+}
+
+// twoDigits rounds n ≥ 0 down to two significant digits (14417: 14000).
+func twoDigits(n int) int {
+	unit := 1
+	for n/unit >= 100 {
+		unit *= 10
+	}
+	return n / unit * unit
+}
+
+// rlsPass measures every target under the same callers, closed-loop
+// (pass.Rate 0) or at a steady rate, in interleaved rounds: the gateways'
+// runs in the order of targets, and the floor's.
+func (h *harness) rlsPass(ctx context.Context, targets []*rlsTarget, dur time.Duration, pass RLSPass) (RLSPass, error) {
+	rate := pass.Rate
 	for _, t := range targets {
 		if err := t.begin(ctx); err != nil {
 			return pass, fmt.Errorf("%s: %w", t.name, err)
@@ -148,8 +178,11 @@ func (h *harness) rlsCompare(p RLSPass) {
 
 // name says how the pass drove the targets.
 func (p RLSPass) name() string {
-	if p.Rate == 0 {
+	switch {
+	case p.Rate == 0:
 		return "closed loop"
+	case p.Busy > 0:
+		return fmt.Sprintf("steady %d/s (%.0f %% of batched's closed loop)", p.Rate, 100*p.Busy)
 	}
 	return fmt.Sprintf("steady %d/s", p.Rate)
 }
