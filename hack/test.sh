@@ -48,12 +48,15 @@ export KUBEBUILDER_ASSETS
 step "go test -race"
 go test -race -trimpath -count=1 -timeout 40m ./... "$@"
 
-step "stress tests without the race detector"
+step "tests without the race detector: stress, and specs too slow under it"
 # Exactness under a loaded machine: the race detector would slow the
 # gateways themselves 5-10x, so these run once more in a normal build. It
 # uses the image's build settings, as the tests' other non-race builds do
 # (the image binary, the process tests' gateways, test/upgrade), so that a
 # cold run compiles the dependencies without the race detector once.
 CGO_ENABLED=0 go test -trimpath -count=1 -timeout 10m -run 'TestClusterExactUnderLoad' ./dataplane/gateway/ "$@"
+# The controllers' specs labelled norace (one tenant with 120,000 rules:
+# ~70 s under the race detector, in the longest package of the phase above).
+CGO_ENABLED=0 go test -trimpath -count=1 -timeout 10m -run '^TestControllers$' ./controllers/ "$@" -args -ginkgo.label-filter=norace
 
 step "done"

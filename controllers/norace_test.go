@@ -1,0 +1,5 @@
+//go:build !race
+
+package controllers
+
+const raceEnabled = false
