@@ -171,6 +171,7 @@ func (g *Gateway) buildChain() error {
 	g.chain = limiter.NewChain(opts)
 	if g.redis != nil {
 		g.metrics.RegisterRedisStats(g.chain.Stats)
+		g.metrics.RegisterRedisWaits(g.chain.Waited)
 	}
 	return nil
 }

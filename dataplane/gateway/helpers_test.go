@@ -225,14 +225,18 @@ func scrape(t *testing.T, gw *running) string {
 // prints it, labels sorted), or 0 when absent.
 func metricValue(t *testing.T, gw *running, series string) float64 {
 	t.Helper()
-	for _, line := range strings.Split(scrape(t, gw), "\n") {
+	v, _ := findMetric(scrape(t, gw), series)
+	return v
+}
+
+// findMetric returns the value of one series in a /metrics text, and
+// whether it is there.
+func findMetric(text, series string) (float64, bool) {
+	for _, line := range strings.Split(text, "\n") {
 		if rest, ok := strings.CutPrefix(line, series+" "); ok {
 			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return v
+			return v, err == nil
 		}
 	}
-	return 0
+	return 0, false
 }

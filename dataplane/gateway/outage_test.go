@@ -105,14 +105,24 @@ func (c *outageCluster) waitBreakers(t *testing.T, state string) time.Time {
 	return waitBreakers(t, state, c.gws...)
 }
 
-// waits is the number of requests that waited for Redis, on all gateways.
+// waits is the number of requests that waited for Redis, on all gateways,
+// as their /metrics export it (tollgate_gateway_redis_waits_total, which the
+// benchmark's outage scenario reads too).
 //
 // Call it a moment after the breakers opened: a request admitted to Redis
 // just before that is counted as soon as its goroutine runs again.
-func (c *outageCluster) waits() int64 {
+func (c *outageCluster) waits(t *testing.T) int64 {
+	t.Helper()
 	var n int64
 	for _, gw := range c.gws {
-		n += gw.RedisWaits()
+		v, ok := findMetric(scrape(t, gw), "tollgate_gateway_redis_waits_total")
+		if !ok {
+			t.Fatal("/metrics lacks tollgate_gateway_redis_waits_total")
+		}
+		if int64(v) != gw.RedisWaits() && gw.BreakerState() == "open" { // still while open
+			t.Fatalf("tollgate_gateway_redis_waits_total %v, RedisWaits %d", v, gw.RedisWaits())
+		}
+		n += int64(v)
 	}
 	return n
 }
@@ -181,11 +191,11 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	c.redis.Kill()
 	openedAt := c.waitBreakers(t, "open")
 	time.Sleep(200 * time.Millisecond)
-	waitsAtOpen := c.waits()
+	waitsAtOpen := c.waits(t)
 	time.Sleep(4 * time.Second)
 	end := time.Now()
 	close(stop)
-	checkOutage(t, collect(), openedAt, end, waitsAtOpen, c.waits())
+	checkOutage(t, collect(), openedAt, end, waitsAtOpen, c.waits(t))
 
 	// Redis comes back (empty: no persistence): decisions return to it.
 	c.redis.Restart(t)
@@ -216,11 +226,11 @@ func TestRedisHungUnderLoad(t *testing.T) {
 	c.redis.Pause() // connections stay open; calls just never answer
 	openedAt := c.waitBreakers(t, "open")
 	time.Sleep(200 * time.Millisecond)
-	waitsAtOpen := c.waits()
+	waitsAtOpen := c.waits(t)
 	time.Sleep(4 * time.Second)
 	end := time.Now()
 	close(stop)
-	checkOutage(t, collect(), openedAt, end, waitsAtOpen, c.waits())
+	checkOutage(t, collect(), openedAt, end, waitsAtOpen, c.waits(t))
 
 	// Resume: the breakers close and the state kept in Redis is used again:
 	// the drained bucket is still empty (a local bucket would be full).

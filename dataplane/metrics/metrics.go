@@ -237,6 +237,15 @@ func (m *Gateway) RegisterRedisStats(stats func() (roundTrips, commands, decisio
 	)
 }
 
+// RegisterRedisWaits exports the requests that waited for Redis; waits is
+// read at scrape time.
+func (m *Gateway) RegisterRedisWaits(waits func() int64) {
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "tollgate_gateway_redis_waits_total",
+		Help: "Requests that waited for Redis: their call was queued or sent to it, failed ones included. Still while the circuit breaker is open: the local fallback decides at once.",
+	}, func() float64 { return float64(waits()) }))
+}
+
 // SetBreaker records a breaker state change.
 func (m *Gateway) SetBreaker(from, to string) {
 	m.Breaker.WithLabelValues(from).Set(0)

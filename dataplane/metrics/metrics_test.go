@@ -60,3 +60,24 @@ func TestBuildInfo(t *testing.T) {
 	}
 	t.Error("no tollgate_build_info")
 }
+
+func TestRedisWaits(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	g := NewGateway(reg)
+	waits := int64(3)
+	g.RegisterRedisWaits(func() int64 { return waits })
+	waits = 7 // read at scrape time
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "tollgate_gateway_redis_waits_total" {
+			if got := mf.GetMetric()[0].GetCounter().GetValue(); got != 7 {
+				t.Errorf("tollgate_gateway_redis_waits_total = %v, want 7", got)
+			}
+			return
+		}
+	}
+	t.Error("tollgate_gateway_redis_waits_total not exported")
+}

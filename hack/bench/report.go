@@ -302,6 +302,7 @@ func (h *harness) mdOutage(m *md) {
 		m.p("- %s", o.Note)
 	}
 	m.p("- requests ≥ %.0f ms (the Redis deadline) while open: **%d** of %d; before the kill: %d of %d", o.SlowThresholdMs, o.SlowDuring, o.During.Sent, o.SlowBefore, o.Before.Sent)
+	m.p("- requests that waited for Redis while open (the gateway's `tollgate_gateway_redis_waits_total`, from %s after the breaker was seen open to the restart): **%.0f**", openSettle, o.WaitedOpen)
 	m.p("- Redis calls while open: %.0f (the breaker's background probes; no request waits for them)", o.RedisCallsOpen)
 	m.para("- admitted by the local fallback from the kill to the restart (`tollgate_gateway_decisions_total{result=\"allowed\",source=\"local\"}`): %d vs the rule's limit over that window (%d tenants × (capacity + rate × window)) %.0f: **%.3f**", o.AdmittedDuring, outageTenants, o.LimitDuring, o.AdmittedRatio)
 	var rows [][]string

@@ -228,11 +228,15 @@ type OutageResult struct {
 	SlowBefore      int         `json:"slowRequestsBefore"`   // the same, before the kill, for comparison
 	SlowThresholdMs float64     `json:"slowThresholdMs"`
 	RedisCallsOpen  float64     `json:"redisCallsWhileOpen"` // background probes
-	AdmittedDuring  int         `json:"admittedDuring"`
-	LimitDuring     float64     `json:"limitDuring"`
-	AdmittedRatio   float64     `json:"admittedVsLimit"`
-	Note            string      `json:"note,omitempty"`
-	Series          *series     `json:"-"`
+	// WaitedOpen is the requests that waited for Redis while the breaker
+	// was open (the gateway's tollgate_gateway_redis_waits_total, from
+	// openSettle after the breaker was seen open to the restart).
+	WaitedOpen     float64 `json:"redisWaitsWhileOpen"`
+	AdmittedDuring int     `json:"admittedDuring"`
+	LimitDuring    float64 `json:"limitDuring"`
+	AdmittedRatio  float64 `json:"admittedVsLimit"`
+	Note           string  `json:"note,omitempty"`
+	Series         *series `json:"-"`
 }
 
 // PropagationResult is scenario 6.

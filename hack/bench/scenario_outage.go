@@ -13,6 +13,11 @@ const (
 	outageCapacity  = 100
 	outagePerSecond = 100
 	outageTimeout   = 5 * time.Millisecond // the gateway's default --redis-timeout
+	// openSettle: the gateway's count of requests that waited for Redis is
+	// read this long after the breaker was seen open, so that a request
+	// let through to Redis just before it opened is counted before, not
+	// while open (it counts itself when its goroutine runs again).
+	openSettle = 25 * time.Millisecond
 )
 
 // outageMarks are the moments of an outage run.
@@ -90,6 +95,9 @@ func (h *harness) outagePhases(ctx context.Context, rs *redisServer, gw *gateway
 	if err := h.killUntilOpen(ctx, rs, gw, res, &t, local0); err != nil {
 		return t, err
 	}
+	if err := sleep(ctx, openSettle); err != nil {
+		return t, err
+	}
 	mOpen, err := gw.metrics(ctx)
 	if err != nil {
 		return t, err
@@ -114,6 +122,7 @@ func (h *harness) outagePhases(ctx context.Context, rs *redisServer, gw *gateway
 		return t, err
 	}
 	res.RedisCallsOpen = mRestart.sum("tollgate_gateway_redis_duration_seconds_count") - mOpen.sum("tollgate_gateway_redis_duration_seconds_count")
+	res.WaitedOpen = mRestart.sum("tollgate_gateway_redis_waits_total") - mOpen.sum("tollgate_gateway_redis_waits_total")
 	// Admitted by the local fallback from the kill to the restart (the
 	// gateway's own count), against the rule's limit over that window:
 	// each tenant's local bucket starts full (capacity/N, N=1) at the

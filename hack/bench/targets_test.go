@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -96,6 +97,25 @@ func TestRLSSteadyPasses(t *testing.T) {
 	for n, want := range map[int]int{0: 0, 7: 7, 99: 99, 100: 100, 384: 380, 14416: 14000, 1_234_567: 1_200_000} {
 		if got := twoDigits(n); got != want {
 			t.Errorf("twoDigits(%d) = %d, want %d", n, got, want)
+		}
+	}
+}
+
+// TestOutageJudgedOnTheGatewaysCount: "no request pays the timeout once
+// open" is the gateway's count of requests that waited for Redis, not the
+// client's latencies, which a busy machine stretches too.
+func TestOutageJudgedOnTheGatewaysCount(t *testing.T) {
+	for _, tc := range []struct {
+		waited float64
+		slow   int
+		want   string
+	}{{0, 26, "met"}, {3, 0, "missed"}} {
+		h := &harness{res: &Results{Outage: &OutageResult{WaitedOpen: tc.waited, SlowDuring: tc.slow,
+			During: &loadResult{Sent: 12000}, Before: &loadResult{Sent: 10000}}}}
+		for _, c := range h.checkTargets() {
+			if c.What == "no request pays the timeout once open" && (c.Status != tc.want || !strings.Contains(c.Note, fmt.Sprintf("%d of 12000", tc.slow))) {
+				t.Errorf("waited %v, slow %d: %+v, want %s", tc.waited, tc.slow, c, tc.want)
+			}
 		}
 	}
 }
