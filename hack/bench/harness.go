@@ -108,7 +108,7 @@ func (h *harness) build(ctx context.Context) error {
 		// Under make test: a race build reuses the packages the tests
 		// compiled (a release build would compile everything again), and
 		// the gateways then run under the race detector too.
-		flags = []string{"-race"}
+		flags = kubeapi.RaceBuildFlags()
 	}
 	env := "CGO_ENABLED=0 "
 	if raceEnabled {

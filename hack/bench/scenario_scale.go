@@ -216,7 +216,7 @@ func (h *harness) publishBench(ctx context.Context, res *ScaleResult) error {
 		// The harness runs under -race (make test): share its build cache
 		// rather than compile the controller's test binary a second time.
 		// Not a speed figure then, and marked so.
-		args = append(args, "-race")
+		args = append(args, kubeapi.RaceBuildFlags()...)
 	}
 	args = append(args, "./controllers/")
 	h.logf("go %s", strings.Join(args, " "))

@@ -63,7 +63,7 @@ var _ = BeforeSuite(func() {
 	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", binary, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if raceEnabled {
-		build = exec.Command("go", "build", "-race", "-o", binary, ".")
+		build = exec.Command("go", append(append([]string{"build"}, envtestutil.RaceBuildFlags()...), "-o", binary, ".")...)
 		build.Env = os.Environ()
 	}
 	build.Dir = envtestutil.RepoRoot()

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 
@@ -45,6 +46,23 @@ func RepoRoot() string {
 		}
 	})
 	return root
+}
+
+// RaceBuildFlags are the `go build` flags of a race build of tollgate that
+// reuses the packages the running test binary was compiled from (a test
+// under the race detector that starts tollgate processes): -race, and
+// -trimpath when the test binary was built with it, as hack/test.sh builds
+// it. A build with other flags compiles every package again.
+func RaceBuildFlags() []string {
+	flags := []string{"-race"}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			if s.Key == "-trimpath" && s.Value == "true" {
+				flags = append(flags, "-trimpath")
+			}
+		}
+	}
+	return flags
 }
 
 // moduleRoot is the nearest directory at or above dir whose go.mod declares

@@ -3,6 +3,8 @@ package kubeapi
 import (
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"slices"
 	"testing"
 )
 
@@ -48,5 +50,23 @@ func TestRepoRoot(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(RepoRoot(), "hack", "envtest.sh")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRaceBuildFlags: the flags follow how this test binary was built, so
+// that a race build of tollgate from a test reuses its compiled packages.
+func TestRaceBuildFlags(t *testing.T) {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		t.Fatal("no build info in the test binary")
+	}
+	want := []string{"-race"}
+	for _, s := range info.Settings {
+		if s.Key == "-trimpath" && s.Value == "true" {
+			want = append(want, "-trimpath")
+		}
+	}
+	if got := RaceBuildFlags(); !slices.Equal(got, want) {
+		t.Fatalf("RaceBuildFlags() = %v, want %v", got, want)
 	}
 }

@@ -12,6 +12,9 @@ import (
 // RepoRoot is the repository's top directory.
 func RepoRoot() string { return kubeapi.RepoRoot() }
 
+// RaceBuildFlags: see kubeapi.RaceBuildFlags.
+func RaceBuildFlags() []string { return kubeapi.RaceBuildFlags() }
+
 // Assets returns the directory holding kube-apiserver, etcd and kubectl; see
 // kubeapi.Assets.
 func Assets() (string, error) { return kubeapi.Assets() }
