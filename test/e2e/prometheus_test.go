@@ -358,10 +358,10 @@ func dashboardAndAlerts() {
 		// The outage shows: these panels have a value above 0 during it
 		// (in the series whose labels match), "Redis up" a 0.
 		outage := map[string]map[string]string{
-			"Breaker open":        nil,
-			"Redis errors":        nil,
-			"Decisions by source": {"source": "local"},
-			"Breaker state":       {"state": "open"},
+			"Breaker open":           nil,
+			"Redis errors and waits": nil,
+			"Decisions by source":    {"source": "local"},
+			"Breaker state":          {"state": "open"},
 		}
 		redisPanels := map[string]bool{"Redis up": true, "Redis memory": true, "Redis commands and clients": true, "Redis keys evicted and expired": true}
 		seen := map[string]bool{}
