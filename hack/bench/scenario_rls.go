@@ -33,11 +33,12 @@ var rlsRule = ruleSpec{name: "rls-all", tenant: "*", route: "*", capacity: 100, 
 const rlsRounds = 4
 
 // scenarioRLS (8): the Envoy rate limit service (gRPC ShouldRateLimit)
-// driven closed-loop by RLSStreams callers over one shared HTTP/2
-// connection, as Envoy sends them, with and without Redis batching and
-// without Redis at all (--limiter=local: what the service costs above the
-// floor before the Redis path), next to the floor (a grpc-go server
-// answering a constant OK), in interleaved rounds.
+// driven by RLSStreams callers over one shared HTTP/2 connection, as Envoy
+// sends them, closed-loop and then at steady rates (rlsSteadyPasses): with
+// and without Redis batching and without Redis at all (--limiter=local:
+// what the service costs above the floor before the Redis path), next to
+// the floor (a grpc-go server answering a constant OK), in interleaved
+// rounds.
 func (h *harness) scenarioRLS(ctx context.Context) error {
 	// As in the latency scenario: the callers and Redis on the other CPUs,
 	// the gateways and the floor each alone on the measured one (only the
@@ -92,11 +93,13 @@ func (h *harness) scenarioRLS(ctx context.Context) error {
 // rlsSteadyPasses are the steady passes to run (their rates): at the
 // reference's rate (plan.RLSRate), and a busy one at plan.RLSBusy of the
 // calls per second the batched (default) mode answered in its closed loop,
-// rounded down to two significant digits. A closed loop gives each target as many calls as it answers, and
-// an unsaturated process's CPU per call falls as its calls per second grow
+// rounded down to two significant digits.
+//
+// A closed loop gives each target as many calls as it answers, and an
+// unsaturated process's CPU per call falls as its calls per second grow
 // (every wake-up and system call is shared by more calls), so comparing
 // closed loops partly measures which target got more calls; the busy pass
-// compares them near the default mode's ceiling at the same work.
+// compares them near the default mode's ceiling, at the same work.
 func rlsSteadyPasses(p plan, closed RLSPass) []RLSPass {
 	var passes []RLSPass
 	if p.RLSRate > 0 {
