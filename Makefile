@@ -97,7 +97,7 @@ bench-publish: ## Controller snapshot publish time at 20,000 and 100,000 rules.
 	go test -run '^$$' -bench Publish -benchtime 3x ./controllers/
 
 .PHONY: bench
-bench: ## Benchmark report (under 10 min): .bench/report.md, results.json, plots; a summary of the targets at the end.
+bench: ## Benchmark report (about 11 min): .bench/report.md, results.json, plots; a summary of the targets at the end.
 	@# nginx is only a reference: without it the report says it was skipped.
 	-bash hack/install-deps.sh nginx
 	go run ./hack/bench -out .bench

@@ -162,9 +162,9 @@ func (h *harness) rlsPass(ctx context.Context, targets []*rlsTarget, dur time.Du
 	return pass, nil
 }
 
-// rlsPacedDur is the steady pass's measured time: half the closed loops',
-// which keeps `make bench` within its 10 minutes; at 8,000 calls/s that is
-// still 80,000 calls per target.
+// rlsPacedDur is each steady pass's measured time: half the closed loops',
+// which keeps `make bench` near 11 minutes; at 8,000 calls/s that is still
+// 80,000 calls per target.
 func rlsPacedDur(p plan) time.Duration { return p.RLSDur / 2 }
 
 // rlsCompare logs a pass's figures.
