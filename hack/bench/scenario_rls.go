@@ -105,12 +105,23 @@ func rlsSteadyPasses(p plan, closed RLSPass) []RLSPass {
 	if p.RLSRate > 0 {
 		passes = append(passes, RLSPass{Rate: p.RLSRate})
 	}
-	for _, m := range closed.Modes {
-		if busy := twoDigits(int(p.RLSBusy * m.PerSecond)); m.Mode == "batched" && busy > 0 {
+	if m := closed.batched(); m != nil {
+		if busy := twoDigits(int(p.RLSBusy * m.PerSecond)); busy > 0 {
 			passes = append(passes, RLSPass{Rate: busy, Busy: p.RLSBusy})
 		}
 	}
 	return passes
+}
+
+// batched is the pass's run of the batched (default) mode; nil when it has
+// none.
+func (p RLSPass) batched() *RLSRun {
+	for i := range p.Modes {
+		if p.Modes[i].Mode == "batched" {
+			return &p.Modes[i]
+		}
+	}
+	return nil
 }
 
 // twoDigits rounds n ≥ 0 down to two significant digits (14417: 14000).

@@ -295,10 +295,8 @@ func rlsVsFloor(h *harness) []measured {
 // callsVsBatched says how many calls per second the floor answered in pass
 // p against the batched mode.
 func callsVsBatched(p RLSPass) string {
-	for _, m := range p.Modes {
-		if m.Mode == "batched" && m.PerSecond > 0 && p.Floor != nil {
-			return fmt.Sprintf("answered %.2f× the batched mode's calls per second", p.Floor.PerSecond/m.PerSecond)
-		}
+	if m := p.batched(); m != nil && m.PerSecond > 0 && p.Floor != nil {
+		return fmt.Sprintf("answered %.2f× the batched mode's calls per second", p.Floor.PerSecond/m.PerSecond)
 	}
 	return "ran alone"
 }
@@ -306,14 +304,12 @@ func callsVsBatched(p RLSPass) string {
 // batchedVsFloor compares the batched mode of one pass of the rls scenario
 // with its floor, judged when judge is set (and the run can judge).
 func batchedVsFloor(h *harness, p RLSPass, judge bool, note string) []measured {
-	var out []measured
-	for _, m := range p.Modes {
-		if m.Mode == "batched" && m.VsFloor > 0 && p.Floor != nil {
-			out = append(out, measured{value: fmt.Sprintf("%s: %.1f µs vs %.1f µs: %.2f×", p.name(), m.CPUPerDecision, p.Floor.CPUPerDecision, m.VsFloor),
-				met: m.VsFloor <= 1.4, judged: judge && h.judging(), note: note})
-		}
+	m := p.batched()
+	if m == nil || m.VsFloor <= 0 || p.Floor == nil {
+		return nil
 	}
-	return out
+	return []measured{{value: fmt.Sprintf("%s: %.1f µs vs %.1f µs: %.2f×", p.name(), m.CPUPerDecision, p.Floor.CPUPerDecision, m.VsFloor),
+		met: m.VsFloor <= 1.4, judged: judge && h.judging(), note: note}}
 }
 
 func rlsVsReference(h *harness) []measured {
@@ -330,12 +326,10 @@ func rlsVsReference(h *harness) []measured {
 // batchedVsReference judges the batched mode of one pass of the rls
 // scenario against Envoy's ratelimit service's figure (~8,000 decisions/s).
 func batchedVsReference(h *harness, p RLSPass) []measured {
-	var out []measured
-	for _, m := range p.Modes {
-		if m.Mode == "batched" && m.PerCPUSecond > 0 {
-			out = append(out, measured{value: fmt.Sprintf("%s: %.0f vs %.0f: %.2f×", p.name(), m.PerCPUSecond, 1e6/refRLSCPUMicrosPerDec, m.VsReference),
-				met: m.VsReference >= 2, judged: h.judging(), note: "batched (default) mode; the reference ran on another machine"})
-		}
+	m := p.batched()
+	if m == nil || m.PerCPUSecond <= 0 {
+		return nil
 	}
-	return out
+	return []measured{{value: fmt.Sprintf("%s: %.0f vs %.0f: %.2f×", p.name(), m.PerCPUSecond, 1e6/refRLSCPUMicrosPerDec, m.VsReference),
+		met: m.VsReference >= 2, judged: h.judging(), note: "batched (default) mode; the reference ran on another machine"}}
 }
