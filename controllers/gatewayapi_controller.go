@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +27,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/gateway-api/pkg/consts"
 
+	"github.com/tollgate-dev/tollgate/controllers/gatewayapi"
 	"github.com/tollgate-dev/tollgate/pkg/routetable"
 )
 
@@ -36,18 +36,6 @@ import (
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get
-
-// supportedBundle is the Gateway API release (major.minor) tollgate is built
-// and tested with; GatewayClasses report SupportedVersion against it.
-var supportedBundle = bundleMinor(consts.BundleVersion)
-
-func bundleMinor(v string) string {
-	parts := strings.SplitN(v, ".", 3)
-	if len(parts) < 2 {
-		return v
-	}
-	return parts[0] + "." + parts[1]
-}
 
 // GatewayAPIReconciler serves the Gateway API: it compiles the HTTPRoutes
 // attached to the Gateways of tollgate's GatewayClasses into the route table
@@ -73,8 +61,8 @@ type gwLists struct {
 }
 
 // input lists everything a pass compiles (from the cache).
-func (r *GatewayAPIReconciler) input(ctx context.Context) (*gwInput, *gwLists, error) {
-	in := &gwInput{port: r.opts.GatewayPort, tlsPort: r.opts.GatewayTLSPort, namespaces: map[string]labels.Set{}}
+func (r *GatewayAPIReconciler) input(ctx context.Context) (*gatewayapi.Input, *gwLists, error) {
+	in := &gatewayapi.Input{Port: r.opts.GatewayPort, TLSPort: r.opts.GatewayTLSPort, Namespaces: map[string]labels.Set{}}
 	var l gwLists
 	var svcs corev1.ServiceList
 	var slices discoveryv1.EndpointSliceList
@@ -86,10 +74,10 @@ func (r *GatewayAPIReconciler) input(ctx context.Context) (*gwInput, *gwLists, e
 			return nil, nil, fmt.Errorf("listing %T: %w", list, err)
 		}
 	}
-	in.classes, in.gateways, in.routes = l.classes.Items, l.gws.Items, l.routes.Items
-	in.services, in.slices, in.grants = svcs.Items, slices.Items, grants.Items
+	in.Classes, in.Gateways, in.Routes = l.classes.Items, l.gws.Items, l.routes.Items
+	in.Services, in.Slices, in.Grants = svcs.Items, slices.Items, grants.Items
 	for _, n := range nss.Items {
-		in.namespaces[n.Name] = labels.Set(n.Labels)
+		in.Namespaces[n.Name] = labels.Set(n.Labels)
 	}
 	if err := r.readCerts(ctx, in); err != nil {
 		return nil, nil, err
@@ -103,22 +91,23 @@ func (r *GatewayAPIReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	out := compileGatewayAPI(in)
+	out := gatewayapi.Translate(in)
 	// The certificates first: a gateway that loads the table finds them.
 	pubErr := r.publishTLS(ctx, out, in)
 	if pubErr == nil {
-		pubErr = r.publish(ctx, out.table)
+		pubErr = r.publish(ctx, out.Table)
 	}
 	if pubErr != nil {
 		log.FromContext(ctx).Error(pubErr, "publishing the HTTPRoute table or its certificates failed")
 	}
-	addrs, addrErr := r.addresses(ctx)
+	pub := gatewayapi.Publication{Table: r.opts.SnapshotNamespace + "/" + r.opts.RouteTableName, Err: pubErr}
+	pub.Addresses, pub.AddressErr = r.addresses(ctx)
 	var errs []error
 	if err := r.writeClasses(ctx, lists.classes.Items); err != nil {
 		errs = append(errs, err)
 	}
 	for i := range lists.gws.Items {
-		if err := r.writeGateway(ctx, &lists.gws.Items[i], out, addrs, addrErr, pubErr); err != nil {
+		if err := r.writeGateway(ctx, &lists.gws.Items[i], out, pub); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -207,7 +196,7 @@ func (r *GatewayAPIReconciler) addresses(ctx context.Context) ([]gwv1.GatewaySta
 func (r *GatewayAPIReconciler) crdVersion(ctx context.Context) (string, error) {
 	var crd metav1.PartialObjectMetadata
 	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
-	if err := r.apiReader.Get(ctx, types.NamespacedName{Name: "httproutes." + gwGroup}, &crd); err != nil {
+	if err := r.apiReader.Get(ctx, types.NamespacedName{Name: "httproutes." + gwv1.GroupName}, &crd); err != nil {
 		return "", err
 	}
 	return crd.Annotations[consts.BundleVersionAnnotation], nil
@@ -218,31 +207,13 @@ func (r *GatewayAPIReconciler) writeClasses(ctx context.Context, classes []gwv1.
 	var versionErr error
 	for i := range classes {
 		c := &classes[i]
-		if c.Spec.ControllerName != ControllerName {
+		if c.Spec.ControllerName != gatewayapi.ControllerName {
 			continue
 		}
 		if version == "" && versionErr == nil {
 			version, versionErr = r.crdVersion(ctx)
 		}
-		supported := cond(string(gwv1.GatewayClassConditionStatusSupportedVersion), true, string(gwv1.GatewayClassReasonSupportedVersion),
-			fmt.Sprintf("Gateway API CRDs %s; tollgate is built for %s", version, consts.BundleVersion), c.Generation)
-		switch {
-		case versionErr != nil:
-			supported = cond(string(gwv1.GatewayClassConditionStatusSupportedVersion), false, string(gwv1.GatewayClassReasonUnsupportedVersion),
-				"the Gateway API CRD version could not be read: "+versionErr.Error(), c.Generation)
-		case bundleMinor(version) != supportedBundle:
-			supported = cond(string(gwv1.GatewayClassConditionStatusSupportedVersion), false, string(gwv1.GatewayClassReasonUnsupportedVersion),
-				fmt.Sprintf("Gateway API CRDs %q are installed; tollgate supports %s.x (best effort with others)", version, supportedBundle), c.Generation)
-		}
-		accepted := cond(string(gwv1.GatewayClassConditionStatusAccepted), true, string(gwv1.GatewayClassReasonAccepted),
-			"served by the tollgate controller and gateway pods", c.Generation)
-		if c.Spec.ParametersRef != nil {
-			accepted = cond(string(gwv1.GatewayClassConditionStatusAccepted), false, string(gwv1.GatewayClassReasonInvalidParameters),
-				"spec.parametersRef is not supported: tollgate GatewayClasses take no parameters", c.Generation)
-		}
-		want := c.Status.DeepCopy()
-		want.Conditions = setConditions(c.Status.Conditions, []metav1.Condition{accepted, supported})
-		want.SupportedFeatures = supportedFeatures()
+		want := gatewayapi.ClassStatus(c, version, versionErr)
 		if apiequality.Semantic.DeepEqual(&c.Status, want) {
 			continue
 		}
@@ -254,90 +225,22 @@ func (r *GatewayAPIReconciler) writeClasses(ctx context.Context, classes []gwv1.
 	return nil
 }
 
-func (r *GatewayAPIReconciler) writeGateway(ctx context.Context, gw *gwv1.Gateway, out *gwOutput, addrs []gwv1.GatewayStatusAddress, addrErr, pubErr error) error {
-	accepted, ours := out.gwAccepted[nn(gw)]
-	if !ours {
-		return nil
-	}
-	programmed := cond(string(gwv1.GatewayConditionProgrammed), true, string(gwv1.GatewayReasonProgrammed),
-		fmt.Sprintf("routes published in ConfigMap %s/%s", r.opts.SnapshotNamespace, r.opts.RouteTableName), gw.Generation)
-	switch {
-	case accepted.Status != metav1.ConditionTrue:
-		programmed = cond(string(gwv1.GatewayConditionProgrammed), false, string(gwv1.GatewayReasonInvalid), "the Gateway is not accepted", gw.Generation)
-	case pubErr != nil:
-		programmed = cond(string(gwv1.GatewayConditionProgrammed), false, string(gwv1.GatewayReasonInvalid), "the route table could not be published: "+pubErr.Error(), gw.Generation)
-	case addrErr != nil:
-		programmed = cond(string(gwv1.GatewayConditionProgrammed), false, string(gwv1.GatewayReasonAddressNotAssigned), addrErr.Error(), gw.Generation)
-	}
-	want := gw.Status.DeepCopy()
-	want.Conditions = setConditions(gw.Status.Conditions, []metav1.Condition{accepted, programmed})
-	if addrErr == nil {
-		want.Addresses = addrs
-	} else {
-		want.Addresses = nil
-	}
-	var listeners []gwv1.ListenerStatus
-	for _, ls := range out.listeners[nn(gw)] {
-		var cur []metav1.Condition
-		for _, s := range gw.Status.Listeners {
-			if s.Name == ls.l.Name {
-				cur = s.Conditions
-			}
-		}
-		listeners = append(listeners, gwv1.ListenerStatus{
-			Name: ls.l.Name, SupportedKinds: ls.kinds, AttachedRoutes: ls.attached,
-			Conditions: setConditions(cur, ls.conds),
-		})
-	}
-	want.Listeners = listeners
-	if apiequality.Semantic.DeepEqual(&gw.Status, want) {
+func (r *GatewayAPIReconciler) writeGateway(ctx context.Context, gw *gwv1.Gateway, out *gatewayapi.Output, pub gatewayapi.Publication) error {
+	want := out.GatewayStatus(gw, pub)
+	if want == nil || apiequality.Semantic.DeepEqual(&gw.Status, want) {
 		return nil
 	}
 	gw.Status = *want
 	return client.IgnoreNotFound(r.client.Status().Update(ctx, gw))
 }
 
-func (r *GatewayAPIReconciler) writeRoute(ctx context.Context, rt *gwv1.HTTPRoute, out *gwOutput) error {
-	v := out.routes[nn(rt)]
-	var parents []gwv1.RouteParentStatus
-	for _, p := range rt.Status.Parents {
-		if p.ControllerName != ControllerName {
-			parents = append(parents, p) // another implementation's
-		}
-	}
-	if v != nil {
-		for _, p := range v.parents {
-			var cur []metav1.Condition
-			for _, c := range rt.Status.Parents {
-				if c.ControllerName == ControllerName && apiequality.Semantic.DeepEqual(c.ParentRef, p.ParentRef) {
-					cur = c.Conditions
-				}
-			}
-			p.Conditions = setConditions(cur, p.Conditions)
-			parents = append(parents, p)
-		}
-	}
-	if parents == nil {
-		parents = []gwv1.RouteParentStatus{}
-	}
+func (r *GatewayAPIReconciler) writeRoute(ctx context.Context, rt *gwv1.HTTPRoute, out *gatewayapi.Output) error {
+	parents := out.RouteParents(rt)
 	if apiequality.Semantic.DeepEqual(rt.Status.Parents, parents) || len(rt.Status.Parents) == 0 && len(parents) == 0 {
 		return nil
 	}
 	rt.Status.Parents = parents
 	return client.IgnoreNotFound(r.client.Status().Update(ctx, rt))
-}
-
-// supportedFeatures are the conformance features tollgate implements (see
-// the README's Gateway API section).
-func supportedFeatures() []gwv1.SupportedFeature {
-	var out []gwv1.SupportedFeature
-	for _, f := range []string{"Gateway", "HTTPRoute", "HTTPRouteMethodMatching", "HTTPRouteQueryParamMatching",
-		"HTTPRouteNamedRouteRule", "HTTPRoutePathRedirect", "HTTPRoutePathRewrite", "HTTPRouteHostRewrite",
-		"HTTPRoutePortRedirect", "HTTPRouteSchemeRedirect", "HTTPRouteRequestTimeout", "HTTPRouteBackendTimeout",
-		"HTTPRouteParentRefPort", "ReferenceGrant", "GatewayHTTPSListenerDetectMisdirectedRequests"} {
-		out = append(out, gwv1.SupportedFeature{Name: gwv1.FeatureName(f)})
-	}
-	return out
 }
 
 func (r *GatewayAPIReconciler) setupWithManager(mgr ctrl.Manager) error {

@@ -1,6 +1,10 @@
 // Package controllers holds tollgate's reconcilers: the snapshot reconciler,
 // which compiles every RateLimitRule into the sharded rule snapshot that
-// gateways load, and the status reconciler, which reports on each rule.
+// gateways load; the status reconciler, which reports on each rule; and,
+// with --gateway-api, the Gateway API reconciler, which lists the Gateway
+// API objects, hands them to controllers/gatewayapi (the translation, pure
+// functions), publishes the route table and the TLS Secret it returns, and
+// writes the statuses that changed.
 package controllers
 
 import (
@@ -12,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/controllers/gatewayapi"
 	"github.com/tollgate-dev/tollgate/internal/version"
 	"github.com/tollgate-dev/tollgate/pkg/routetable"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
@@ -49,7 +54,7 @@ type Options struct {
 	SnapshotFormat int
 
 	// GatewayAPI enables Gateway API mode: the controller serves the
-	// GatewayClasses whose controllerName is ControllerName, compiles the
+	// GatewayClasses whose controllerName is gatewayapi.ControllerName, compiles the
 	// HTTPRoutes attached to their Gateways into the route table ConfigMap
 	// RouteTableName, and resolves RateLimitRules' spec.targetRef.
 	GatewayAPI bool
@@ -95,7 +100,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet, defaultNamespace string) {
 			"(needed past about 100,000 rules of one tenant) and is read only by gateways 0.2.0 and later. Switch to %d once every gateway reads it (docs/upgrading.md).",
 			snapshot.FormatTenant, snapshot.Format, snapshot.Format))
 	fs.BoolVar(&o.GatewayAPI, "gateway-api", false,
-		"Gateway API mode (the Gateway API CRDs must be installed): serve GatewayClasses with controllerName "+ControllerName+
+		"Gateway API mode (the Gateway API CRDs must be installed): serve GatewayClasses with controllerName "+gatewayapi.ControllerName+
 			", compile the HTTPRoutes attached to their Gateways into the route table ConfigMap that gateways started with --gateway-api load, "+
 			"and resolve RateLimitRules' spec.targetRef.")
 	fs.Int32Var(&o.GatewayPort, "gateway-port", 80, "With --gateway-api: the port on which the gateway Service serves HTTP, the only listener port Gateways may use.")

@@ -1,4 +1,4 @@
-package controllers
+package gatewayapi
 
 import (
 	"testing"
@@ -44,9 +44,9 @@ func secretRef(ns, name string) gwv1.SecretObjectReference {
 func TestGatewayAPIHTTPSListeners(t *testing.T) {
 	crt, key := certtest.New("shop", "shop.example.com")
 	other, _ := certtest.New("other", "other.example.com")
-	in := &gwInput{port: 80, tlsPort: 443, namespaces: map[string]labels.Set{"infra": {}}}
-	in.classes = []gwv1.GatewayClass{{ObjectMeta: metav1.ObjectMeta{Name: "tollgate"}, Spec: gwv1.GatewayClassSpec{ControllerName: ControllerName}}}
-	in.gateways = []gwv1.Gateway{{ObjectMeta: metav1.ObjectMeta{Namespace: "infra", Name: "gw"}, Spec: gwv1.GatewaySpec{GatewayClassName: "tollgate", Listeners: []gwv1.Listener{
+	in := &Input{Port: 80, TLSPort: 443, Namespaces: map[string]labels.Set{"infra": {}}}
+	in.Classes = []gwv1.GatewayClass{{ObjectMeta: metav1.ObjectMeta{Name: "tollgate"}, Spec: gwv1.GatewayClassSpec{ControllerName: ControllerName}}}
+	in.Gateways = []gwv1.Gateway{{ObjectMeta: metav1.ObjectMeta{Namespace: "infra", Name: "gw"}, Spec: gwv1.GatewaySpec{GatewayClassName: "tollgate", Listeners: []gwv1.Listener{
 		{Name: "http", Port: 80, Protocol: gwv1.HTTPProtocolType},
 		httpsListener("ok", "shop.example.com", 443, secretRef("", "good")),
 		httpsListener("missing", "a.example.com", 443, secretRef("", "missing")),
@@ -65,14 +65,14 @@ func TestGatewayAPIHTTPSListeners(t *testing.T) {
 			TLS: &gwv1.ListenerTLSConfig{CertificateRefs: []gwv1.SecretObjectReference{secretRef("", "good")},
 				Options: map[gwv1.AnnotationKey]gwv1.AnnotationValue{"example.com/cipher": "x"}}},
 	}}}}
-	in.gateways = append(in.gateways, gwv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: "infra", Name: "mtls"}, Spec: gwv1.GatewaySpec{
+	in.Gateways = append(in.Gateways, gwv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: "infra", Name: "mtls"}, Spec: gwv1.GatewaySpec{
 		GatewayClassName: "tollgate", TLS: &gwv1.GatewayTLSConfig{},
 		Listeners: []gwv1.Listener{httpsListener("https", "", 443, secretRef("", "good"))}}})
-	in.grants = []gwv1.ReferenceGrant{{ObjectMeta: metav1.ObjectMeta{Namespace: "granted", Name: "gw-certs"}, Spec: gwv1.ReferenceGrantSpec{
+	in.Grants = []gwv1.ReferenceGrant{{ObjectMeta: metav1.ObjectMeta{Namespace: "granted", Name: "gw-certs"}, Spec: gwv1.ReferenceGrantSpec{
 		From: []gwv1.ReferenceGrantFrom{{Group: gwGroup, Kind: "Gateway", Namespace: "infra"}},
 		To:   []gwv1.ReferenceGrantTo{{Group: "", Kind: "Secret"}},
 	}}}
-	in.certs = map[types.NamespacedName]*certInfo{}
+	in.Certs = map[types.NamespacedName]*Cert{}
 	for _, s := range []*corev1.Secret{
 		tlsSecret("infra", "good", corev1.SecretTypeTLS, crt, key),
 		tlsSecret("infra", "opaque", corev1.SecretTypeOpaque, crt, key),
@@ -81,16 +81,16 @@ func TestGatewayAPIHTTPSListeners(t *testing.T) {
 		tlsSecret("certs", "shared", corev1.SecretTypeTLS, crt, key),
 		tlsSecret("granted", "shared", corev1.SecretTypeTLS, crt, key),
 	} {
-		in.certs[nn(s)] = checkCertSecret(s)
+		in.Certs[nn(s)] = CheckCertSecret(s)
 	}
-	in.certs[types.NamespacedName{Namespace: "infra", Name: "missing"}] = &certInfo{problem: "Secret infra/missing not found"}
+	in.Certs[types.NamespacedName{Namespace: "infra", Name: "missing"}] = &Cert{Problem: "Secret infra/missing not found"}
 	// infra/broken was good before: its last good copy is in the TLS Secret.
 	lastCrt, lastKey := routetable.CertKeys("infra/broken")
-	in.bundle = map[string][]byte{lastCrt: crt, lastKey: key}
+	in.Bundle = map[string][]byte{lastCrt: crt, lastKey: key}
 	r := hr("infra", "shop", time.Unix(0, 0), []string{"shop.example.com"}, testRule{prefix("/"), "svc"})
 	r.Spec.ParentRefs = []gwv1.ParentReference{{Name: "gw", SectionName: ptr.To(gwv1.SectionName("http"))}, {Name: "gw", SectionName: ptr.To(gwv1.SectionName("ok"))}}
-	in.routes = []gwv1.HTTPRoute{r}
-	out := compileGatewayAPI(in)
+	in.Routes = []gwv1.HTTPRoute{r}
+	out := Translate(in)
 
 	got := map[string]map[string]string{}
 	for _, ls := range out.listeners[types.NamespacedName{Namespace: "infra", Name: "gw"}] {
@@ -132,15 +132,15 @@ func TestGatewayAPIHTTPSListeners(t *testing.T) {
 	// ones, and the bad one with a last good copy.
 	want := map[string]string{"infra/gw/ok": "shop.example.com infra/good", "infra/gw/granted": "e.example.com granted/shared",
 		"infra/gw/rotated-bad": "f.example.com infra/broken"}
-	if len(out.table.TLS) != len(want) {
-		t.Errorf("table TLS listeners = %+v, want %v", out.table.TLS, want)
+	if len(out.Table.TLS) != len(want) {
+		t.Errorf("table TLS listeners = %+v, want %v", out.Table.TLS, want)
 	}
-	for _, l := range out.table.TLS {
+	for _, l := range out.Table.TLS {
 		if g := l.Hostname + " " + l.Certificates[0]; len(l.Certificates) != 1 || want[l.Listener] != g {
 			t.Errorf("TLS listener %s = %s %v, want %s", l.Listener, l.Hostname, l.Certificates, want[l.Listener])
 		}
 	}
-	data, err := tlsData(out, in.bundle)
+	data, err := out.TLSData(in.Bundle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestGatewayAPIHTTPSListeners(t *testing.T) {
 
 	// The route's rules once for HTTP and once for HTTPS.
 	var plain, secure int
-	for _, rule := range out.table.Rules {
+	for _, rule := range out.Table.Rules {
 		if rule.TLS {
 			secure++
 		} else {
@@ -164,7 +164,7 @@ func TestGatewayAPIHTTPSListeners(t *testing.T) {
 		}
 	}
 	if plain != 1 || secure != 1 {
-		t.Errorf("rules: %d HTTP, %d HTTPS, want 1 and 1: %+v", plain, secure, out.table.Rules)
+		t.Errorf("rules: %d HTTP, %d HTTPS, want 1 and 1: %+v", plain, secure, out.Table.Rules)
 	}
 }
 
@@ -208,17 +208,17 @@ func TestCertRefsReadsOnlyPermittedSecrets(t *testing.T) {
 // accepted (here: spec.addresses) are not in the route table, and its
 // listeners say Programmed=False. (Before, its valid listeners served.)
 func TestUnacceptedGatewayServesNothing(t *testing.T) {
-	in := &gwInput{port: 80, tlsPort: 443, namespaces: map[string]labels.Set{"infra": {}}}
-	in.classes = []gwv1.GatewayClass{{ObjectMeta: metav1.ObjectMeta{Name: "tollgate"}, Spec: gwv1.GatewayClassSpec{ControllerName: ControllerName}}}
-	in.gateways = []gwv1.Gateway{{ObjectMeta: metav1.ObjectMeta{Namespace: "infra", Name: "gw"}, Spec: gwv1.GatewaySpec{GatewayClassName: "tollgate",
+	in := &Input{Port: 80, TLSPort: 443, Namespaces: map[string]labels.Set{"infra": {}}}
+	in.Classes = []gwv1.GatewayClass{{ObjectMeta: metav1.ObjectMeta{Name: "tollgate"}, Spec: gwv1.GatewayClassSpec{ControllerName: ControllerName}}}
+	in.Gateways = []gwv1.Gateway{{ObjectMeta: metav1.ObjectMeta{Namespace: "infra", Name: "gw"}, Spec: gwv1.GatewaySpec{GatewayClassName: "tollgate",
 		Addresses: []gwv1.GatewaySpecAddress{{Value: "10.0.0.1"}},
 		Listeners: []gwv1.Listener{{Name: "http", Port: 80, Protocol: gwv1.HTTPProtocolType}}}}}
 	r := hr("infra", "shop", time.Unix(0, 0), nil, testRule{prefix("/"), "svc"})
 	r.Spec.ParentRefs = []gwv1.ParentReference{{Name: "gw"}}
-	in.routes = []gwv1.HTTPRoute{r}
-	out := compileGatewayAPI(in)
-	if len(out.table.Rules) != 0 {
-		t.Errorf("route table of a Gateway that is not accepted: %+v, want none", out.table.Rules)
+	in.Routes = []gwv1.HTTPRoute{r}
+	out := Translate(in)
+	if len(out.Table.Rules) != 0 {
+		t.Errorf("route table of a Gateway that is not accepted: %+v, want none", out.Table.Rules)
 	}
 	ls := out.listeners[types.NamespacedName{Namespace: "infra", Name: "gw"}][0]
 	if c := ls.conds[3]; c.Type != "Programmed" || c.Status != metav1.ConditionFalse {
@@ -232,33 +232,33 @@ func TestUnacceptedGatewayServesNothing(t *testing.T) {
 // certificate on both is no conflict.
 func TestHTTPSHostnameAcrossGateways(t *testing.T) {
 	crt, key := certtest.New("shop", "shop.example.com")
-	in := &gwInput{port: 80, tlsPort: 443, namespaces: map[string]labels.Set{"a": {}, "b": {}, "c": {}}}
-	in.classes = []gwv1.GatewayClass{{ObjectMeta: metav1.ObjectMeta{Name: "tollgate"}, Spec: gwv1.GatewayClassSpec{ControllerName: ControllerName}}}
+	in := &Input{Port: 80, TLSPort: 443, Namespaces: map[string]labels.Set{"a": {}, "b": {}, "c": {}}}
+	in.Classes = []gwv1.GatewayClass{{ObjectMeta: metav1.ObjectMeta{Name: "tollgate"}, Spec: gwv1.GatewayClassSpec{ControllerName: ControllerName}}}
 	gw := func(ns string, created int64, secret string) gwv1.Gateway {
 		return gwv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw", CreationTimestamp: metav1.Unix(created, 0)},
 			Spec: gwv1.GatewaySpec{GatewayClassName: "tollgate", Listeners: []gwv1.Listener{
 				httpsListener("https", "shop.example.com", 443, secretRef("certs", secret))}}}
 	}
 	// b is the oldest; c shares its certificate; a has another one.
-	in.gateways = []gwv1.Gateway{gw("a", 200, "other"), gw("b", 100, "shop"), gw("c", 300, "shop")}
+	in.Gateways = []gwv1.Gateway{gw("a", 200, "other"), gw("b", 100, "shop"), gw("c", 300, "shop")}
 	for _, ns := range []string{"a", "b", "c"} {
-		in.grants = append(in.grants, gwv1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: "certs", Name: ns}, Spec: gwv1.ReferenceGrantSpec{
+		in.Grants = append(in.Grants, gwv1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: "certs", Name: ns}, Spec: gwv1.ReferenceGrantSpec{
 			From: []gwv1.ReferenceGrantFrom{{Group: gwGroup, Kind: "Gateway", Namespace: gwv1.Namespace(ns)}},
 			To:   []gwv1.ReferenceGrantTo{{Kind: "Secret"}}}})
 	}
-	in.certs = map[types.NamespacedName]*certInfo{}
+	in.Certs = map[types.NamespacedName]*Cert{}
 	for _, name := range []string{"shop", "other"} {
 		s := tlsSecret("certs", name, corev1.SecretTypeTLS, crt, key)
-		in.certs[nn(s)] = checkCertSecret(s)
+		in.Certs[nn(s)] = CheckCertSecret(s)
 	}
-	out := compileGatewayAPI(in)
+	out := Translate(in)
 	for ns, want := range map[string]string{"a": "True/HostnameConflict", "b": "False/NoConflicts", "c": "False/NoConflicts"} {
 		ls := out.listeners[types.NamespacedName{Namespace: ns, Name: "gw"}][0]
 		if got := string(ls.conds[1].Status) + "/" + ls.conds[1].Reason; got != want {
 			t.Errorf("Gateway %s/gw listener Conflicted = %s (%s), want %s", ns, got, ls.conds[1].Message, want)
 		}
 	}
-	if len(out.table.TLS) != 2 || len(out.certs) != 1 || out.certs["certs/shop"] == nil {
-		t.Errorf("table TLS listeners %+v, certificates %v: want b's and c's, with certs/shop only", out.table.TLS, out.certs)
+	if len(out.Table.TLS) != 2 || len(out.certs) != 1 || out.certs["certs/shop"] == nil {
+		t.Errorf("table TLS listeners %+v, certificates %v: want b's and c's, with certs/shop only", out.Table.TLS, out.certs)
 	}
 }

@@ -1,4 +1,4 @@
-package controllers
+package gatewayapi
 
 import (
 	"net/http/httptest"
@@ -75,16 +75,16 @@ func withQuery(m gwv1.HTTPRouteMatch, kv ...string) gwv1.HTTPRouteMatch {
 // precedenceInput is one Gateway (listener on port 80 allowing every
 // namespace) plus, for every backend name used, a Service with one ready
 // endpoint whose address encodes the name.
-func precedenceInput(routes []gwv1.HTTPRoute) (*gwInput, map[string]string) {
-	in := &gwInput{port: 80, namespaces: map[string]labels.Set{}}
-	in.classes = []gwv1.GatewayClass{{ObjectMeta: metav1.ObjectMeta{Name: "tollgate"}, Spec: gwv1.GatewayClassSpec{ControllerName: ControllerName}}}
+func precedenceInput(routes []gwv1.HTTPRoute) (*Input, map[string]string) {
+	in := &Input{Port: 80, Namespaces: map[string]labels.Set{}}
+	in.Classes = []gwv1.GatewayClass{{ObjectMeta: metav1.ObjectMeta{Name: "tollgate"}, Spec: gwv1.GatewayClassSpec{ControllerName: ControllerName}}}
 	all := gwv1.NamespacesFromAll
-	in.gateways = []gwv1.Gateway{{ObjectMeta: metav1.ObjectMeta{Namespace: "infra", Name: "gw"}, Spec: gwv1.GatewaySpec{
+	in.Gateways = []gwv1.Gateway{{ObjectMeta: metav1.ObjectMeta{Namespace: "infra", Name: "gw"}, Spec: gwv1.GatewaySpec{
 		GatewayClassName: "tollgate",
 		Listeners: []gwv1.Listener{{Name: "http", Port: 80, Protocol: gwv1.HTTPProtocolType,
 			AllowedRoutes: &gwv1.AllowedRoutes{Namespaces: &gwv1.RouteNamespaces{From: &all}}}},
 	}}}
-	in.routes = routes
+	in.Routes = routes
 	addrOf := map[string]string{}
 	for _, r := range routes {
 		for _, rule := range r.Spec.Rules {
@@ -96,9 +96,9 @@ func precedenceInput(routes []gwv1.HTTPRoute) (*gwInput, map[string]string) {
 				}
 				addr := "10.0.0." + itoa(len(addrOf)+1)
 				addrOf[key] = addr + ":8080"
-				in.services = append(in.services, corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: name},
+				in.Services = append(in.Services, corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: name},
 					Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}})
-				in.slices = append(in.slices, discoveryv1.EndpointSlice{
+				in.Slices = append(in.Slices, discoveryv1.EndpointSlice{
 					ObjectMeta:  metav1.ObjectMeta{Namespace: r.Namespace, Name: name + "-x", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
 					AddressType: discoveryv1.AddressTypeIPv4,
 					Ports:       []discoveryv1.EndpointPort{{Port: ptr.To(int32(8080))}},
@@ -200,8 +200,8 @@ func TestHTTPRoutePrecedence(t *testing.T) {
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
 			in, byAddr := precedenceInput(row.routes)
-			out := compileGatewayAPI(in)
-			table := httproutes.New(out.table)
+			out := Translate(in)
+			table := httproutes.New(out.Table)
 			for _, rq := range row.reqs {
 				r := httptest.NewRequest(rq.method, "http://x"+rq.target, nil)
 				r.Host = rq.host

@@ -1,4 +1,4 @@
-package controllers
+package gatewayapi
 
 import (
 	"testing"
@@ -16,12 +16,12 @@ import (
 func TestGatewayAPIListenerAndAttachmentReasons(t *testing.T) {
 	selector := gwv1.NamespacesFromSelector
 	grpc := gwv1.Kind("GRPCRoute")
-	in := &gwInput{port: 80, namespaces: map[string]labels.Set{"team": {"gateway-access": "yes"}, "other": {}}}
-	in.classes = []gwv1.GatewayClass{
+	in := &Input{Port: 80, Namespaces: map[string]labels.Set{"team": {"gateway-access": "yes"}, "other": {}}}
+	in.Classes = []gwv1.GatewayClass{
 		{ObjectMeta: metav1.ObjectMeta{Name: "tollgate"}, Spec: gwv1.GatewayClassSpec{ControllerName: ControllerName}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "someone-else"}, Spec: gwv1.GatewayClassSpec{ControllerName: "example.com/other"}},
 	}
-	in.gateways = []gwv1.Gateway{
+	in.Gateways = []gwv1.Gateway{
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "infra", Name: "gw"}, Spec: gwv1.GatewaySpec{GatewayClassName: "tollgate", Listeners: []gwv1.Listener{
 			{Name: "http", Port: 80, Protocol: gwv1.HTTPProtocolType, Hostname: ptr.To(gwv1.Hostname("*.example.com")),
 				AllowedRoutes: &gwv1.AllowedRoutes{Namespaces: &gwv1.RouteNamespaces{From: &selector,
@@ -47,7 +47,7 @@ func TestGatewayAPIListenerAndAttachmentReasons(t *testing.T) {
 		}
 		return p
 	}
-	in.routes = []gwv1.HTTPRoute{
+	in.Routes = []gwv1.HTTPRoute{
 		route("team", "ok", []string{"shop.example.com"}, ref("http")),
 		route("team", "nosection", nil, ref("nope")),
 		route("other", "notallowed", nil, ref("http")),
@@ -55,7 +55,7 @@ func TestGatewayAPIListenerAndAttachmentReasons(t *testing.T) {
 		route("team", "https", nil, ref("https")),
 		route("team", "foreign", nil, gwv1.ParentReference{Name: "foreign", Namespace: ptr.To(gwv1.Namespace("infra"))}),
 	}
-	out := compileGatewayAPI(in)
+	out := Translate(in)
 
 	listeners := map[string]map[string]string{}
 	var attached int32
@@ -113,7 +113,7 @@ func TestGatewayAPIListenerAndAttachmentReasons(t *testing.T) {
 	if v := out.routes[types.NamespacedName{Namespace: "team", Name: "foreign"}]; v == nil || len(v.parents) != 0 {
 		t.Errorf("route of another controller's Gateway: parents %v, want none of ours", v)
 	}
-	if len(out.table.Rules) != 1 || out.table.Rules[0].Route != "team/ok" || len(out.table.Rules[0].Hostnames) != 1 || out.table.Rules[0].Hostnames[0] != "shop.example.com" {
-		t.Errorf("table = %+v, want only team/ok for shop.example.com", out.table.Rules)
+	if len(out.Table.Rules) != 1 || out.Table.Rules[0].Route != "team/ok" || len(out.Table.Rules[0].Hostnames) != 1 || out.Table.Rules[0].Hostnames[0] != "shop.example.com" {
+		t.Errorf("table = %+v, want only team/ok for shop.example.com", out.Table.Rules)
 	}
 }

@@ -1,4 +1,4 @@
-package controllers
+package gatewayapi
 
 import (
 	"fmt"
@@ -31,12 +31,12 @@ func BenchmarkGatewayAPICompile10k(b *testing.B) {
 	var rules int
 	b.ResetTimer()
 	for range b.N {
-		out := compileGatewayAPI(in)
-		cm, err := out.table.ConfigMap("tollgate-system", routetable.DefaultName)
+		out := Translate(in)
+		cm, err := out.Table.ConfigMap("tollgate-system", routetable.DefaultName)
 		if err != nil {
 			b.Fatal(err)
 		}
-		size, rules = len(cm.BinaryData[routetable.DataKey]), len(out.table.Rules)
+		size, rules = len(cm.BinaryData[routetable.DataKey]), len(out.Table.Rules)
 	}
 	b.StopTimer()
 	if rules != n {
@@ -45,7 +45,7 @@ func BenchmarkGatewayAPICompile10k(b *testing.B) {
 	b.ReportMetric(float64(size)/1024, "KiB-configmap")
 
 	// The gateway side: decode and index, and the heap the index holds.
-	cm, _ := compileGatewayAPI(in).table.ConfigMap("tollgate-system", routetable.DefaultName)
+	cm, _ := Translate(in).Table.ConfigMap("tollgate-system", routetable.DefaultName)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
