@@ -7,7 +7,7 @@ import (
 	_ "embed"
 	"os"
 
-	"github.com/tollgate-dev/tollgate/internal/cli"
+	"github.com/tollgate-dev/tollgate/cmd"
 	"github.com/tollgate-dev/tollgate/internal/version"
 )
 
@@ -19,5 +19,5 @@ var release string
 
 func main() {
 	version.SetRelease(release)
-	os.Exit(cli.Execute(os.Args[1:]))
+	os.Exit(cmd.Execute(os.Args[1:]))
 }

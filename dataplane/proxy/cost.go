@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/tollgate-dev/tollgate/internal/lib/clip"
+	"github.com/tollgate-dev/tollgate/pkg/clip"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
-	"github.com/tollgate-dev/tollgate/internal/lib/clip"
+	"github.com/tollgate-dev/tollgate/pkg/clip"
 	"github.com/tollgate-dev/tollgate/internal/lib/strictdecode"
 )
 

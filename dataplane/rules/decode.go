@@ -12,7 +12,7 @@ import (
 	sjson "sigs.k8s.io/json"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
-	"github.com/tollgate-dev/tollgate/internal/lib/clip"
+	"github.com/tollgate-dev/tollgate/pkg/clip"
 	"github.com/tollgate-dev/tollgate/internal/lib/strictdecode"
 )
 

@@ -155,11 +155,48 @@ func TestFoldersTable(t *testing.T) {
 	}
 }
 
+// TestTopLevelFoldersTogether checks that the rows of each top-level
+// folder stand together in the folder table, so that the rows' order,
+// which TestFoldersTable enforces on every import, is also an order of the
+// top-level folders: no import runs upwards between them. main.go and cmd
+// are one group (the command).
+func TestTopLevelFoldersTogether(t *testing.T) {
+	rows := folderTable(t)
+	left := map[string]int{} // top-level folder -> line of the row that left it
+	cur := ""
+	for _, r := range rows {
+		for _, f := range r.folders {
+			top := topLevel(f)
+			if top == cur {
+				continue
+			}
+			if line, ok := left[top]; ok {
+				t.Errorf("%s:%d lists %s, whose top-level folder %s the table left at line %d: keep the rows of one top-level folder together",
+					architectureDoc, r.line, f, top, line)
+			}
+			if cur != "" {
+				left[cur] = r.line
+			}
+			cur = top
+		}
+	}
+}
+
+// topLevel is the top-level folder of a folder of the table ("cmd" for
+// main.go).
+func topLevel(f string) string {
+	if f == "main.go" {
+		return "cmd"
+	}
+	top, _, _ := strings.Cut(f, "/")
+	return top
+}
+
 // TestRowOf pins how the table's folders match packages.
 func TestRowOf(t *testing.T) {
-	rows := []folderRow{{folders: []string{"main.go", "internal/cli"}}, {folders: []string{"internal/lib/*"}}, {folders: []string{"internal/procs"}}}
+	rows := []folderRow{{folders: []string{"main.go", "cmd"}}, {folders: []string{"internal/lib/*"}}, {folders: []string{"internal/procs"}}}
 	for dir, want := range map[string]int{
-		".": 0, "internal/cli": 0, "internal/lib/clip": 1, "internal/lib": -1, "internal/procs": 2, "internal/procs/kubeapi": -1, "internal": -1,
+		".": 0, "cmd": 0, "cmd/demo": -1, "internal/lib/clip": 1, "internal/lib": -1, "internal/procs": 2, "internal/procs/kubeapi": -1, "internal": -1,
 	} {
 		if got := rowOf(rows, dir); got != want {
 			t.Errorf("rowOf(%q) = %d, want %d", dir, got, want)

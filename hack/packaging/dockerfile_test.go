@@ -355,7 +355,7 @@ func TestDockerignore(t *testing.T) {
 		"lua/concurrency.lua":        false, // embedded
 		"config/samples/ratelimit_v1alpha1_ratelimitrule_shop-a.yaml": false, // embedded
 		"dataplane/gateway/gateway.go":                                false,
-		"internal/cli/root.go":                                        false,
+		"cmd/root.go":                                                 false,
 	} {
 		if got := ignored(pats, rel); got != want {
 			t.Errorf("ignored(%q) = %v, want %v", rel, got, want)

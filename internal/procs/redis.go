@@ -1,6 +1,7 @@
 // Package procs launches the processes that tollgate's tests, benchmark
 // harness and demo run next to the code under test: redis-server (a single
-// server, a Redis Cluster, or a Sentinel from its configuration file) and an
+// server, a cluster node, or a Sentinel from its configuration file; the
+// cluster itself is internal/procs/cluster) and an
 // echo upstream. internal/testutil/redistest wraps it for tests.
 //
 // Servers listen on free loopback ports and keep no data on disk:
@@ -13,7 +14,6 @@ package procs
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -32,12 +32,11 @@ import (
 )
 
 const (
-	readyTimeout        = 10 * time.Second // how long a new server may take to answer PING
-	clusterReadyTimeout = 20 * time.Second // how long a new cluster may take to report ok
-	stopTimeout         = 10 * time.Second // how long Stop waits before it falls back to SIGKILL
-	portBusyTimeout     = 5 * time.Second  // how long a busy fixed port is retried
-	logTailLines        = 40               // how many log lines a failure message shows
-	installHint         = "redis-server was not found on PATH; run hack/install-deps.sh to install Redis"
+	readyTimeout    = 10 * time.Second // how long a new server may take to answer PING
+	stopTimeout     = 10 * time.Second // how long Stop waits before it falls back to SIGKILL
+	portBusyTimeout = 5 * time.Second  // how long a busy fixed port is retried
+	logTailLines    = 40               // how many log lines a failure message shows
+	installHint     = "redis-server was not found on PATH; run hack/install-deps.sh to install Redis"
 )
 
 // RedisConfig says how StartRedis runs a server. Dir is required.
@@ -357,135 +356,17 @@ func (s *Redis) logSince(offset int64) string {
 	return string(b[offset:])
 }
 
-// Cluster is a set of redis-server processes joined into a Redis Cluster by
-// StartCluster. Every node is a master and there are no replicas.
-type Cluster struct {
-	nodes []*Redis
-}
+// Query sends one inline command to the server on a new connection and
+// returns its reply, a simple or bulk string (readiness polling, CLUSTER
+// INFO): no client library, short timeouts, for callers that poll.
+func (s *Redis) Query(command string) (string, error) { return query(s.Addr(), command) }
 
-// StartCluster starts masters redis-server processes in cluster mode, joins
-// them with "redis-cli --cluster create", and waits until every node reports
-// cluster_state:ok with all 16384 slots assigned; their logs go to dir.
-// StartCluster fails, leaving no node running, if the cluster does not form.
-// The caller ends the nodes with Kill.
-func StartCluster(dir string, masters int) (_ *Cluster, err error) {
-	if masters < 1 {
-		return nil, fmt.Errorf("StartCluster needs at least 1 master, got %d", masters)
-	}
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		return nil, fmt.Errorf("redis-cli was not found on PATH; run hack/install-deps.sh to install Redis (%w)", err)
-	}
-	c := &Cluster{}
-	defer func() {
-		if err != nil {
-			c.Kill()
-		}
-	}()
-	for i := 0; i < masters; i++ {
-		n, err := StartRedis(RedisConfig{Dir: dir, Log: fmt.Sprintf("redis-%d.log", i), Cluster: true})
-		if err != nil {
-			return nil, err
-		}
-		c.nodes = append(c.nodes, n)
-	}
+// LogTail returns the last lines of the server's log, for failure messages.
+func (s *Redis) LogTail() string { return tail(s.logSince(0), logTailLines) }
 
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	// A background context: this only bounds a hung redis-cli, it is not tied to the test.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, cli, args...)
-	cmd.WaitDelay = 5 * time.Second
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("redis-cli %s: %w\n%s%s", strings.Join(args, " "), err, tail(string(out), logTailLines), c.logs())
-	}
-
-	if err := c.waitReady(); err != nil {
-		return nil, fmt.Errorf("%w%s", err, c.logs())
-	}
-	return c, nil
-}
-
-// Kill kills every node.
-func (c *Cluster) Kill() {
-	for _, n := range c.nodes {
-		n.Kill()
-	}
-}
-
-// Addrs returns the "127.0.0.1:port" address of every node.
-func (c *Cluster) Addrs() []string {
-	addrs := make([]string, len(c.nodes))
-	for i, n := range c.nodes {
-		addrs[i] = n.Addr()
-	}
-	return addrs
-}
-
-// Nodes returns the servers that make up the cluster, so a test can pause,
-// kill or restart single nodes. A restarted node reads its nodes-<port>.conf
-// again, so it rejoins with the same identity and slots but without data.
-func (c *Cluster) Nodes() []*Redis {
-	return append([]*Redis(nil), c.nodes...)
-}
-
-// Client returns a go-redis cluster client that knows every node; the
-// caller closes it. Like Redis.Client, it honours context deadlines.
-func (c *Cluster) Client() *redis.ClusterClient {
-	return redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:                    c.Addrs(),
-		ContextTimeoutEnabled:    true,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	})
-}
-
-// waitReady polls CLUSTER INFO on every node until each one reports a healthy
-// cluster that it fully knows.
-func (c *Cluster) waitReady() error {
-	deadline := time.Now().Add(clusterReadyTimeout)
-	want := map[string]string{
-		"cluster_state":          "ok",
-		"cluster_slots_assigned": "16384",
-		"cluster_slots_ok":       "16384",
-		"cluster_known_nodes":    strconv.Itoa(len(c.nodes)),
-	}
-	var last string
-	for {
-		ok := true
-		for _, n := range c.nodes {
-			info, err := clusterInfo(n.Addr())
-			if err != nil {
-				ok, last = false, fmt.Sprintf("%s: %v", n.Addr(), err)
-				break
-			}
-			for k, v := range want {
-				if info[k] != v {
-					ok, last = false, fmt.Sprintf("%s: %s is %q, want %q", n.Addr(), k, info[k], v)
-					break
-				}
-			}
-			if !ok {
-				break
-			}
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cluster not ready after %v: %s", clusterReadyTimeout, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func (c *Cluster) logs() string {
-	var b strings.Builder
-	for _, n := range c.nodes {
-		fmt.Fprintf(&b, "\n--- log of %s (%s):\n%s", n.Addr(), n.logPath, tail(n.logSince(0), logTailLines))
-	}
-	return b.String()
-}
+// Tail returns the last lines of a command's output, as LogTail does of a
+// log.
+func Tail(out string) string { return tail(out, logTailLines) }
 
 // freePort asks the kernel for a free loopback port. For cluster nodes the
 // port must leave room for the cluster bus port, port+10000, which must be
@@ -531,21 +412,6 @@ func ping(addr string, pid int) error {
 		return fmt.Errorf("%s is answered by another process, not pid %d", addr, pid)
 	}
 	return nil
-}
-
-// clusterInfo runs CLUSTER INFO and returns its fields.
-func clusterInfo(addr string) (map[string]string, error) {
-	body, err := query(addr, "CLUSTER INFO")
-	if err != nil {
-		return nil, err
-	}
-	info := map[string]string{}
-	for _, line := range strings.Split(body, "\r\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok {
-			info[k] = v
-		}
-	}
-	return info, nil
 }
 
 // query sends one inline command on a new connection and returns the reply,

@@ -5,7 +5,7 @@ import (
 	"regexp"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
-	"github.com/tollgate-dev/tollgate/internal/lib/clip"
+	"github.com/tollgate-dev/tollgate/pkg/clip"
 )
 
 // Cost is the compiled spec.cost: what a request of the rule costs before

@@ -9,7 +9,7 @@ import (
 	_ "time/tzdata"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
-	"github.com/tollgate-dev/tollgate/internal/lib/clip"
+	"github.com/tollgate-dev/tollgate/pkg/clip"
 )
 
 // QuotaPeriod is the compiled spec.quota.period; 0 means no quota.

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
-	"github.com/tollgate-dev/tollgate/internal/lib/clip"
+	"github.com/tollgate-dev/tollgate/pkg/clip"
 )
 
 // Rule is one compiled limit. Field names are short because 100,000 of them

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-dev/tollgate/internal/procs"
+	"github.com/tollgate-dev/tollgate/internal/procs/cluster"
 )
 
 // Option changes how Start runs a server.
@@ -86,7 +87,7 @@ func (s *Server) Restart(t testing.TB) {
 // Cluster is a set of redis-server processes joined into a Redis Cluster by
 // StartCluster. Every node is a master and there are no replicas.
 type Cluster struct {
-	*procs.Cluster
+	*cluster.Cluster
 }
 
 // StartCluster starts masters redis-server processes in cluster mode, joins
@@ -95,7 +96,7 @@ type Cluster struct {
 // the test ends. StartCluster fails the test if the cluster does not form.
 func StartCluster(t testing.TB, masters int) *Cluster {
 	t.Helper()
-	c, err := procs.StartCluster(t.TempDir(), masters)
+	c, err := cluster.Start(t.TempDir(), masters)
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}

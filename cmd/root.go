@@ -1,6 +1,6 @@
-// Package cli wires tollgate's subcommands: flags, logging and signals. The
+// Package cmd wires tollgate's subcommands: flags, logging and signals. The
 // logic lives in the controllers and dataplane packages.
-package cli
+package cmd
 
 import (
 	"context"

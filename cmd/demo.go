@@ -1,10 +1,10 @@
-package cli
+package cmd
 
 import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 
-	"github.com/tollgate-dev/tollgate/internal/demo"
+	"github.com/tollgate-dev/tollgate/cmd/demo"
 )
 
 func newDemoCommand() *cobra.Command {
