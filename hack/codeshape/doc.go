@@ -5,7 +5,11 @@
 //     line of its doc comment says why, with "long: " and a reason
 //     (TestFunctionLength);
 //   - docs/architecture.md's folder table lists every package, and non-test
-//     code imports only packages of its own row or below (TestFoldersTable).
+//     code imports only packages of its own row or below (TestFoldersTable),
+//     with the rows of each top-level folder together
+//     (TestTopLevelFoldersTogether);
+//   - every relative link of every Markdown file names a file that exists
+//     and, with an anchor, one of its headings (TestMarkdownLinks).
 //
 // Run them with
 //
