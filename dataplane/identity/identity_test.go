@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/internal/lib/filewatch"
 )
 
 // secret is key material used throughout; no error may ever contain it.
@@ -593,4 +594,10 @@ func FuzzParseMapped(f *testing.F) {
 			}
 		}
 	})
+}
+
+// LoadMapped reads and parses the key file at path, as the MappedWatcher
+// does.
+func LoadMapped(path string) (*Mapped, error) {
+	return filewatch.Load(path, maxFileSize, ParseMapped)
 }

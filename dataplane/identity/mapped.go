@@ -10,11 +10,10 @@ import (
 	"strings"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
-	"github.com/tollgate-dev/tollgate/internal/lib/filewatch"
 	"github.com/tollgate-dev/tollgate/internal/lib/strictdecode"
 )
 
-// maxFileSize bounds what LoadMapped and the MappedWatcher read. Secrets are
+// maxFileSize bounds what the MappedWatcher reads. Secrets are
 // limited to 1 MiB, so this only guards against pointing at the wrong file.
 const maxFileSize = 4 << 20
 
@@ -65,11 +64,6 @@ func (m *Mapped) Len() int {
 		return 0
 	}
 	return len(m.tenants)
-}
-
-// LoadMapped reads and parses the key file at path; see ParseMapped.
-func LoadMapped(path string) (*Mapped, error) {
-	return filewatch.Load(path, maxFileSize, ParseMapped)
 }
 
 // entry is a key file entry. Pointers tell null (not a string) from

@@ -48,7 +48,7 @@ func badRequest(format string, args ...any) error {
 	return &requestError{msg: fmt.Sprintf(format, args...)}
 }
 
-// Map checks a request and maps each of its descriptors to a Target, in
+// AppendTargets checks a request and maps each of its descriptors to a Target, in
 // order, and returns the domain's mapping. It refuses the whole request
 // (a *requestError) if any descriptor is malformed, so a bad descriptor never
 // lets the good ones before it take tokens. The tenant and route of every
@@ -67,12 +67,9 @@ func badRequest(format string, args ...any) error {
 //   - a descriptor with the entry ChargeKey is a charge (Target.Charge);
 //   - a descriptor's rate limit override (limit) is ignored: tollgate's
 //     rules decide.
-func (ds *Domains) Map(req *rlsv3.RateLimitRequest) ([]Target, *Domain, error) {
-	return ds.AppendTargets(nil, req)
-}
-
-// AppendTargets is Map appending the targets to dst, so that a caller can
-// keep them in a buffer of its own (on its stack for one descriptor).
+//
+// The targets are appended to dst, so that a caller can keep them in a
+// buffer of its own (on its stack for one descriptor).
 func (ds *Domains) AppendTargets(dst []Target, req *rlsv3.RateLimitRequest) ([]Target, *Domain, error) {
 	dom, err := ds.lookup(req.GetDomain())
 	if err != nil {

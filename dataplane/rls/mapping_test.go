@@ -338,3 +338,8 @@ func TestServerChargeWithoutChargerIsUnimplemented(t *testing.T) {
 		t.Fatalf("got %v, want Unimplemented", err)
 	}
 }
+
+// Map is AppendTargets into a new slice.
+func (ds *Domains) Map(req *rlsv3.RateLimitRequest) ([]Target, *Domain, error) {
+	return ds.AppendTargets(nil, req)
+}
