@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
-	"github.com/tollgate-dev/tollgate/pkg/clip"
 	"github.com/tollgate-dev/tollgate/internal/lib/strictdecode"
+	"github.com/tollgate-dev/tollgate/pkg/clip"
 )
 
 // Default descriptor keys: a descriptor's "tenant" entry names the tenant and

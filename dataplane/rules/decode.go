@@ -12,8 +12,8 @@ import (
 	sjson "sigs.k8s.io/json"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
-	"github.com/tollgate-dev/tollgate/pkg/clip"
 	"github.com/tollgate-dev/tollgate/internal/lib/strictdecode"
+	"github.com/tollgate-dev/tollgate/pkg/clip"
 )
 
 // Kinds accepted in rule files.
