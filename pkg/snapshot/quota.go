@@ -133,8 +133,8 @@ func LoadZone(name string) (*time.Location, error) {
 
 // PeriodAt is the calendar period of kind p in loc that contains t:
 // [start, end). A period starts at the first instant of its first local
-// day (midnight, or the first time after it where a daylight saving change
-// skips midnight). Weeks start on Monday. Lengths follow the zone: a day
+// day: midnight, the first one where a daylight saving change makes it
+// happen twice, or the first time after it where a change skips it. Weeks start on Monday. Lengths follow the zone: a day
 // with a daylight saving change lasts 23 or 25 hours, a month its own
 // number of days.
 func PeriodAt(p QuotaPeriod, loc *time.Location, t time.Time) (start, end time.Time) {
@@ -152,15 +152,29 @@ func PeriodAt(p QuotaPeriod, loc *time.Location, t time.Time) (start, end time.T
 }
 
 // dayStart is the first instant of the local day y-m-d (d may overflow the
-// month, as in time.Date). Where a daylight saving change skips midnight,
-// time.Date may answer an instant of the day before (00:00 at the new
-// offset); the day then starts when the change happens.
+// month, as in time.Date). time.Date alone is not enough at daylight saving
+// changes: where a change skips midnight it may answer an instant of the day
+// before (00:00 at the new offset), and the day then starts when the change
+// happens; where a change at 01:00 goes back to 00:00, midnight happens twice
+// and time.Date may answer the second, so the day starts at the first, in the
+// offset before the change.
 func dayStart(y int, m time.Month, d int, loc *time.Location) time.Time {
 	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
 	want := time.Date(y, m, d, 0, 0, 0, 0, time.UTC) // normalises y, m, d
 	if ly, lm, ld := t.Date(); ly != want.Year() || lm != want.Month() || ld != want.Day() {
 		_, end := t.ZoneBounds()
 		return end
+	}
+	// Midnight in the offset before t's is an earlier instant of the same
+	// day if that offset still held then; it can only if the change came
+	// less than the offsets' difference (at most a day or so) before t.
+	if zoneStart, _ := t.ZoneBounds(); !zoneStart.IsZero() && t.Sub(zoneStart) < 48*time.Hour {
+		prev := zoneStart.Add(-time.Nanosecond)
+		_, offset := prev.In(loc).Zone()
+		prevStart, _ := prev.In(loc).ZoneBounds()
+		if first := want.Add(-time.Duration(offset) * time.Second); first.Before(t) && first.Before(zoneStart) && !first.Before(prevStart) {
+			return first.In(loc)
+		}
 	}
 	return t
 }

@@ -44,6 +44,27 @@ func TestPeriodAt(t *testing.T) {
 		{"Paris: 1 April 00:30 local is April", QuotaMonth, "Europe/Paris", "2026-03-31T22:30:00Z", "2026-04-01T00:00:00+02:00", "2026-05-01T00:00:00+02:00", 30 * 24},
 		{"New York November (autumn change)", QuotaMonth, "America/New_York", "2026-11-15T00:00:00-05:00", "2026-11-01T00:00:00-04:00", "2026-12-01T00:00:00-05:00", 30*24 + 1},
 		{"Kolkata: half-hour offset", QuotaMonth, "Asia/Kolkata", "2026-05-31T18:30:00Z", "2026-06-01T00:00:00+05:30", "2026-07-01T00:00:00+05:30", 30 * 24},
+
+		// Midnight twice (daylight saving ends at 01:00, back to 00:00):
+		// the day starts at the first midnight, the day before ends there.
+		{"Gaza 2012: midnight twice, the day starts at the first", QuotaDay, "Asia/Gaza", "2012-09-21T12:00:00+02:00", "2012-09-21T00:00:00+03:00", "2012-09-22T00:00:00+02:00", 25},
+		{"Gaza 2021: in the hour before the second midnight", QuotaDay, "Asia/Gaza", "2021-10-29T00:30:00+03:00", "2021-10-29T00:00:00+03:00", "2021-10-30T00:00:00+02:00", 25},
+		{"Gaza 2021: the day before ends at the first midnight", QuotaDay, "Asia/Gaza", "2021-10-28T23:59:00+03:00", "2021-10-28T00:00:00+03:00", "2021-10-29T00:00:00+03:00", 24},
+		{"Amman 2010: midnight twice", QuotaDay, "Asia/Amman", "2010-10-29T00:10:00+02:00", "2010-10-29T00:00:00+03:00", "2010-10-30T00:00:00+02:00", 25},
+		{"Amman 2021: midnight twice", QuotaDay, "Asia/Amman", "2021-10-29T18:00:00+02:00", "2021-10-29T00:00:00+03:00", "2021-10-30T00:00:00+02:00", 25},
+		{"Vostok 2023: midnight twice, two hours back", QuotaDay, "Antarctica/Vostok", "2023-12-18T01:00:00+05:00", "2023-12-18T00:00:00+07:00", "2023-12-19T00:00:00+05:00", 26},
+		{"Jerusalem 2002: a week from a Monday with midnight twice", QuotaWeek, "Asia/Jerusalem", "2002-10-09T12:00:00+02:00", "2002-10-07T00:00:00+03:00", "2002-10-14T00:00:00+02:00", 169},
+		{"Jerusalem 2002: the week before ends at the first midnight", QuotaWeek, "Asia/Jerusalem", "2002-10-06T23:30:00+03:00", "2002-09-30T00:00:00+03:00", "2002-10-07T00:00:00+03:00", 168},
+		{"Gaza 2004: a month from a first with midnight twice", QuotaMonth, "Asia/Gaza", "2004-10-15T12:00:00+02:00", "2004-10-01T00:00:00+03:00", "2004-11-01T00:00:00+02:00", 31*24 + 1},
+		{"Gaza 2004: the month before ends at the first midnight", QuotaMonth, "Asia/Gaza", "2004-09-30T23:30:00+03:00", "2004-09-01T00:00:00+03:00", "2004-10-01T00:00:00+03:00", 30 * 24},
+
+		// No midnight (daylight saving starts at 00:00, on to 01:00): the
+		// day starts at the first instant it has, 01:00.
+		{"Sao Paulo 2018: midnight skipped", QuotaDay, "America/Sao_Paulo", "2018-11-04T12:00:00-02:00", "2018-11-04T01:00:00-02:00", "2018-11-05T00:00:00-02:00", 23},
+		{"Sao Paulo 2018: the day before ends at 01:00", QuotaDay, "America/Sao_Paulo", "2018-11-03T23:59:00-03:00", "2018-11-03T00:00:00-03:00", "2018-11-04T01:00:00-02:00", 24},
+		{"Beirut 2020: midnight skipped", QuotaDay, "Asia/Beirut", "2020-03-29T01:00:00+03:00", "2020-03-29T01:00:00+03:00", "2020-03-30T00:00:00+03:00", 23},
+		{"Tehran 2021: a week from a Monday without midnight", QuotaWeek, "Asia/Tehran", "2021-03-24T12:00:00+04:30", "2021-03-22T01:00:00+04:30", "2021-03-29T00:00:00+04:30", 167},
+		{"Amman 2016: a month from a first without midnight", QuotaMonth, "Asia/Amman", "2016-04-01T01:00:00+03:00", "2016-04-01T01:00:00+03:00", "2016-05-01T00:00:00+03:00", 30*24 - 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -95,6 +116,67 @@ func TestPeriodAtEveryHour(t *testing.T) {
 				prevEnd = end
 			}
 		}
+	}
+}
+
+// TestPeriodStartsAtFirstInstant: around every daylight saving change of
+// zones where local midnight happens twice (Gaza, Amman 2010-2021, Havana,
+// Vostok, Jerusalem 2001-2002) or not at all (Sao Paulo, Beirut, Tehran), a
+// period starts at the first instant of its first local day (no instant of
+// that day before it), on that day (the instant's day, a Monday, a first),
+// and the period before ends where it starts.
+func TestPeriodStartsAtFirstInstant(t *testing.T) {
+	for _, zone := range []string{"Asia/Gaza", "Asia/Amman", "America/Havana", "Antarctica/Vostok", "Asia/Jerusalem", "America/Sao_Paulo", "Asia/Beirut", "Asia/Tehran"} {
+		loc, err := LoadZone(zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for change := range zoneChanges(loc, 2000, 2024) {
+			for at := change.Add(-48 * time.Hour); at.Before(change.Add(48 * time.Hour)); at = at.Add(30 * time.Minute) {
+				for _, p := range []QuotaPeriod{QuotaDay, QuotaWeek, QuotaMonth} {
+					checkFirstInstant(t, zone, p, loc, at)
+				}
+			}
+		}
+	}
+}
+
+// zoneChanges yields loc's offset changes from the start of year from to
+// the end of year to.
+func zoneChanges(loc *time.Location, from, to int) func(yield func(time.Time) bool) {
+	return func(yield func(time.Time) bool) {
+		at := time.Date(from, 1, 1, 0, 0, 0, 0, time.UTC)
+		for at.Year() <= to {
+			_, end := at.In(loc).ZoneBounds()
+			if end.IsZero() || !yield(end) {
+				return
+			}
+			at = end
+		}
+	}
+}
+
+func checkFirstInstant(t *testing.T, zone string, p QuotaPeriod, loc *time.Location, at time.Time) {
+	t.Helper()
+	start, end := PeriodAt(p, loc, at)
+	l, s, before := at.In(loc), start.In(loc), start.Add(-time.Nanosecond).In(loc)
+	first := time.Date(l.Year(), l.Month(), l.Day(), 0, 0, 0, 0, time.UTC)
+	switch p {
+	case QuotaWeek:
+		first = first.AddDate(0, 0, -((int(l.Weekday()) + 6) % 7))
+	case QuotaMonth:
+		first = first.AddDate(0, 0, 1-l.Day())
+	}
+	switch {
+	case at.Before(start) || !at.Before(end):
+		t.Fatalf("%s %v: %v not in [%v, %v)", zone, p, l, s, end.In(loc))
+	case s.Year() != first.Year() || s.YearDay() != first.YearDay():
+		t.Fatalf("%s %v at %v: starts %v, not on %v", zone, p, l, s, first.Format(time.DateOnly))
+	case before.Year() == s.Year() && before.YearDay() == s.YearDay():
+		t.Fatalf("%s %v at %v: starts %v, but %v is the same day", zone, p, l, s, before)
+	}
+	if _, prevEnd := PeriodAt(p, loc, start.Add(-time.Nanosecond)); !prevEnd.Equal(start) {
+		t.Fatalf("%s %v at %v: starts %v, the period before ends %v", zone, p, l, s, prevEnd.In(loc))
 	}
 }
 
@@ -153,5 +235,22 @@ func TestQuotaCompileAndValidate(t *testing.T) {
 		if err := base.Validate(); err == nil {
 			t.Errorf("%+v validated", base)
 		}
+	}
+}
+
+// BenchmarkPeriodAt: the cost of the periods a quota decision computes (the
+// gateway calls PeriodAt twice per decision of a rule with a quota).
+func BenchmarkPeriodAt(b *testing.B) {
+	loc, err := LoadZone("Europe/Paris")
+	if err != nil {
+		b.Fatal(err)
+	}
+	at := time.Date(2026, 6, 15, 12, 0, 0, 0, time.UTC)
+	for _, p := range []QuotaPeriod{QuotaDay, QuotaMonth} {
+		b.Run(p.String(), func(b *testing.B) {
+			for b.Loop() {
+				PeriodAt(p, loc, at)
+			}
+		})
 	}
 }
