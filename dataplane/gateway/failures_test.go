@@ -1,12 +1,15 @@
 package gateway_test
 
 import (
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/dataplane/gateway"
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 )
 
@@ -17,10 +20,7 @@ func TestFailedIdentificationsLimitedByDefault(t *testing.T) {
 	srv := redistest.Start(t)
 	up := echoUpstream(t)
 	e := newEnv(t, up.URL, rule("r", "*", "*", 100, slow))
-	keys := e.dir + "/keys.yaml"
-	writeAtomic(t, keys, "keys:\n  - tenant: shop-a\n    key: sk-shop-a-0123456789\n")
-	o := e.defaultIdentity(srv.Addr())
-	o.APIKeysFile = keys
+	o := keyedOptions(t, e, srv.Addr(), "sk-shop-a-0123456789")
 	gw := start(t, o, testLogger(t))
 
 	begin := time.Now()
@@ -56,10 +56,7 @@ func TestFailedIdentificationsBlockAddress(t *testing.T) {
 	up := echoUpstream(t)
 	e := newEnv(t, up.URL, rule("r", "*", "*", 100, slow))
 	const good = "sk-shop-a-0123456789"
-	keys := e.dir + "/keys.yaml"
-	writeAtomic(t, keys, "keys:\n  - tenant: shop-a\n    key: "+good+"\n")
-	o := e.defaultIdentity(srv.Addr())
-	o.APIKeysFile = keys
+	o := keyedOptions(t, e, srv.Addr(), good)
 	o.FailureBurst, o.FailurePerSecond = 2, 0.001 // one failure back per 1000s
 	gw := start(t, o, testLogger(t))
 
@@ -79,18 +76,8 @@ func TestFailedIdentificationsBlockAddress(t *testing.T) {
 		}
 	}
 	// Another client address (127.0.0.2, also loopback) is not affected.
-	other := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext,
-	}}
-	req, _ := http.NewRequest("POST", gw.url+"/orders", nil)
-	req.Header.Set("X-Api-Key", good)
-	res, err := other.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != 200 {
-		t.Fatalf("the right key from another address: %d, want 200", res.StatusCode)
+	if code := sendFrom(t, "127.0.0.2", gw.url+"/orders", good); code != 200 {
+		t.Fatalf("the right key from another address: %d, want 200", code)
 	}
 	for series, want := range map[string]float64{
 		`tollgate_gateway_identity_failures_total{reason="unknown"}`: 1,
@@ -107,4 +94,73 @@ func TestFailedIdentificationsBlockAddress(t *testing.T) {
 	if got := srv.Client(t).Keys(t.Context(), "*").Val(); len(got) != 1 {
 		t.Errorf("Redis keys %v, want only the one of the admitted request", got)
 	}
+}
+
+// TestFailedIdentificationsFullTable: clients of one /24 (127.1.0.0/24, on
+// loopback) fill the table of --identity-failure-max-addresses with
+// failures; a client of another prefix that never failed still gets 200
+// with its key, and 401 (not 429) with a wrong one. Addresses of the
+// flooding /24 get 429 with a right key, also one that never failed: it is
+// judged by its /24, whose failures are over the burst.
+func TestFailedIdentificationsFullTable(t *testing.T) {
+	srv := redistest.Start(t)
+	up := echoUpstream(t)
+	e := newEnv(t, up.URL, rule("r", "*", "*", 100, slow))
+	const good = "sk-shop-a-0123456789"
+	o := keyedOptions(t, e, srv.Addr(), good)
+	o.FailureBurst, o.FailurePerSecond, o.FailureMaxAddresses = 2, 0.001, 4
+	gw := start(t, o, testLogger(t))
+	url := gw.url + "/orders"
+
+	for i := 1; i <= 12; i++ {
+		for range 3 {
+			if code := sendFrom(t, fmt.Sprintf("127.1.0.%d", i), url, "wrong-guess"); code != 401 && code != 429 {
+				t.Fatalf("a wrong key from 127.1.0.%d: %d, want 401 or 429", i, code)
+			}
+		}
+	}
+	for _, c := range []struct {
+		from, key string
+		want      int
+	}{
+		{"127.2.0.1", good, 200},          // another prefix, never failed
+		{"127.3.0.1", "wrong-guess", 401}, // its own failures are not spent
+		{"127.3.0.1", good, 200},
+		{"127.1.0.12", good, 429},  // a flooding address: no oracle
+		{"127.1.0.200", good, 429}, // never failed, but its /24 did
+	} {
+		if code := sendFrom(t, c.from, url, c.key); code != c.want {
+			t.Errorf("key %q from %s: %d, want %d", c.key, c.from, code, c.want)
+		}
+	}
+}
+
+// keyedOptions are e's options with the identity flags at their defaults
+// and a key file that maps key to the tenant shop-a.
+func keyedOptions(t *testing.T, e *env, redisAddr, key string) gateway.Options {
+	t.Helper()
+	keys := e.dir + "/keys.yaml"
+	writeAtomic(t, keys, "keys:\n  - tenant: shop-a\n    key: "+key+"\n")
+	o := e.defaultIdentity(redisAddr)
+	o.APIKeysFile = keys
+	return o
+}
+
+// sendFrom sends POST url with key from the local address ip (any address
+// of 127.0.0.0/8 is loopback on Linux) and returns the status.
+func sendFrom(t *testing.T, ip, url, key string) int {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}).DialContext,
+	}}
+	defer c.CloseIdleConnections()
+	req, _ := http.NewRequest("POST", url, nil)
+	req.Header.Set("X-Api-Key", key)
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode
 }

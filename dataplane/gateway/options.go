@@ -158,7 +158,8 @@ func (o *Options) addInputFlags(fs *pflag.FlagSet) {
 			"(so a right guess cannot be told from a wrong one). The address is the TCP peer, IPv6 by /64, never X-Forwarded-For. 0 disables the limit.")
 	fs.Float64Var(&o.FailurePerSecond, "identity-failure-rate", 1, "Failed identifications per second a client address earns back.")
 	fs.IntVar(&o.FailureMaxAddresses, "identity-failure-max-addresses", 65536,
-		"Client addresses with failures tracked at once (about 100 bytes each); beyond it new addresses share one bucket.")
+		"Client addresses with failures tracked at once, and as many prefixes (about 90 bytes each); when full, the address with the least recent failure "+
+			"leaves and its failures count for its prefix (IPv4 /24, IPv6 /56), which then judges that prefix's untracked addresses.")
 	fs.BoolVar(&o.IETFHeaders, "ietf-headers", false, "Also send the IETF RateLimit and RateLimit-Policy headers.")
 
 	fs.Int64Var(&o.DefaultCapacity, "default-capacity", 20, "Burst of the built-in rule used when no RateLimitRule matches.")

@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"math"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -14,9 +15,10 @@ type FailureOptions struct {
 	Burst int
 	// PerSecond is the rate at which an address earns failures back.
 	PerSecond float64
-	// MaxAddresses bounds the addresses tracked at once. When the table is
-	// full of addresses with failures, new addresses share one extra
-	// bucket, so memory stays bounded under a spread-out attack.
+	// MaxAddresses bounds the addresses tracked at once, and the prefixes:
+	// when the address table is full, the address with the least recent
+	// failure leaves it and its failures go to its prefix (IPv4 /24, IPv6
+	// /56), in a table of at most as many prefixes.
 	MaxAddresses int
 	// Clock defaults to time.Now.
 	Clock func() time.Time
@@ -29,6 +31,22 @@ type FailureOptions struct {
 // from a wrong one once the budget is spent. IPv6 addresses are grouped by
 // their /64 prefix, the usual allocation of one host.
 //
+// Memory is bounded by two tables of MaxAddresses buckets each. The address
+// table keeps the addresses with the most recent failures; when it is full,
+// a new failing address takes the place of the one whose last failure is the
+// oldest, and that one's spent tokens are charged to its prefix (IPv4 /24,
+// IPv6 /56) in the prefix table, where in turn the least recent prefix is
+// forgotten when it is full. A client is judged by its own bucket while its
+// address is in the table; otherwise, while its prefix holds failures of
+// addresses that left the table, by the prefix's bucket (same burst and
+// rate, so the prefix is refused only once those failures reach the burst);
+// otherwise it is not refused. So an address is never refused for the
+// failures of addresses outside its prefix, however many there are: one
+// IPv6 /48 that keeps the table full locks out none but itself. A bucket
+// full again is forgotten (at the latest Burst/PerSecond after its last
+// failure). Each bucket costs about 90 bytes: 12 MB at most for 65,536
+// addresses and 65,536 prefixes, nothing while no address has failures.
+//
 // The address is the TCP peer, never X-Forwarded-For (which the client
 // writes). Behind a load balancer that does not keep the client address,
 // all clients share the balancer's bucket; raise Burst or disable it there.
@@ -38,17 +56,12 @@ type FailureOptions struct {
 // load.
 type FailureLimiter struct {
 	opts      FailureOptions
-	tracked   atomic.Int32 // addresses in the table, plus 1 while overflow is in use
+	base      time.Time    // bucket times are nanoseconds since base
+	refillAll int64        // nanoseconds in which a bucket earns back Burst tokens
+	tracked   atomic.Int32 // buckets in both tables
 	mu        sync.Mutex
-	buckets   map[netip.Addr]failBucket
-	overflow  failBucket
-	inUse     bool // overflow holds failures
-	lastSweep time.Time
-}
-
-type failBucket struct {
-	tokens float64
-	at     time.Time
+	addrs     failTable // by address (IPv4, IPv6 /64)
+	prefixes  failTable // by prefix (IPv4 /24, IPv6 /56), of addresses that left addrs
 }
 
 // NewFailureLimiter returns a limiter, or nil when opts.Burst is 0.
@@ -62,7 +75,14 @@ func NewFailureLimiter(opts FailureOptions) *FailureLimiter {
 	if opts.MaxAddresses < 1 {
 		opts.MaxAddresses = 1
 	}
-	return &FailureLimiter{opts: opts, buckets: map[netip.Addr]failBucket{}}
+	refillAll := int64(math.MaxInt64)
+	if opts.PerSecond > 0 {
+		refillAll = int64(min(float64(opts.Burst)/opts.PerSecond*1e9, math.MaxInt64/2))
+	}
+	return &FailureLimiter{
+		opts: opts, base: opts.Clock(), refillAll: refillAll,
+		addrs: newFailTable(opts.MaxAddresses), prefixes: newFailTable(opts.MaxAddresses),
+	}
 }
 
 // ClientAddr is the limiter's key for a request's RemoteAddr ("ip:port"):
@@ -81,37 +101,42 @@ func ClientAddr(remoteAddr string) (addr netip.Addr, ok bool) {
 	return a, true
 }
 
+// failKeys are the limiter's keys of a client address from ClientAddr: the
+// address (IPv6 already its /64) and its prefix, IPv4 /24 or IPv6 /56.
+func failKeys(a netip.Addr) (addr, prefix failKey) {
+	addr = a.As16()
+	prefix = addr
+	if a.Is4() {
+		prefix[15] = 0
+	} else {
+		prefix[7] = 0
+	}
+	return addr, prefix
+}
+
 // Blocked reports whether the client at remoteAddr has no failure left, and
 // if so how long until it has one.
 func (l *FailureLimiter) Blocked(remoteAddr string) (time.Duration, bool) {
 	if l == nil || l.tracked.Load() == 0 {
 		return 0, false
 	}
-	addr, ok := ClientAddr(remoteAddr)
+	a, ok := ClientAddr(remoteAddr)
 	if !ok {
 		return 0, false
 	}
+	key, prefix := failKeys(a)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.opts.Clock()
-	b, found := l.buckets[addr]
-	switch {
-	case found:
-	case l.inUse && len(l.buckets) >= l.opts.MaxAddresses:
-		b = l.overflow
-	default:
+	now := l.now()
+	l.expire(now)
+	t, i, found := l.bucket(key, prefix)
+	if !found {
 		return 0, false
 	}
-	b = l.refill(b, now)
-	if found && b.tokens >= float64(l.opts.Burst) {
-		// Full again: the same as untracked.
-		delete(l.buckets, addr)
-		l.tracked.Store(int32(len(l.buckets)) + boolInt(l.inUse))
+	if tokens := l.level(t.entries[i], now); tokens < 1 {
+		return l.wait(tokens), true
 	}
-	if b.tokens >= 1 {
-		return 0, false
-	}
-	return l.wait(b), true
+	return 0, false
 }
 
 // Fail records a failed identification of the client at remoteAddr. It
@@ -121,91 +146,111 @@ func (l *FailureLimiter) Fail(remoteAddr string) (time.Duration, bool) {
 	if l == nil {
 		return 0, true
 	}
-	addr, ok := ClientAddr(remoteAddr)
+	a, ok := ClientAddr(remoteAddr)
 	if !ok {
-		addr = netip.IPv4Unspecified() // unparsable peers share one bucket
+		a = netip.IPv4Unspecified() // unparsable peers share one bucket
 	}
+	key, prefix := failKeys(a)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.opts.Clock()
-	l.sweep(now)
-	b, found := l.buckets[addr]
-	useOverflow := false
-	if !found {
-		if len(l.buckets) >= l.opts.MaxAddresses {
-			useOverflow = true
-			b = l.overflow
-			if !l.inUse {
-				b = failBucket{tokens: float64(l.opts.Burst), at: now}
-			}
-		} else {
-			b = failBucket{tokens: float64(l.opts.Burst), at: now}
+	now := l.now()
+	l.expire(now)
+	defer l.count()
+	if t, i, found := l.bucket(key, prefix); found {
+		tokens := l.level(t.entries[i], now)
+		allowed := tokens >= 1
+		if allowed {
+			tokens--
 		}
-	}
-	b = l.refill(b, now)
-	allowed := b.tokens >= 1
-	if allowed {
-		b.tokens--
-	}
-	if useOverflow {
-		l.overflow, l.inUse = b, true
-	} else {
-		l.buckets[addr] = b
-	}
-	l.tracked.Store(int32(len(l.buckets)) + boolInt(l.inUse))
-	if allowed {
+		t.update(i, tokens, now)
+		if !allowed {
+			return l.wait(tokens), false
+		}
 		return 0, true
 	}
-	return l.wait(b), false
+	if l.addrs.full() {
+		l.evict(now)
+	}
+	l.addrs.insert(key, float64(l.opts.Burst-1), now)
+	return 0, true
 }
 
-// Len is the number of addresses tracked.
+// Len is the number of addresses tracked (not counting prefixes).
 func (l *FailureLimiter) Len() int {
 	if l == nil {
 		return 0
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.buckets)
+	return l.addrs.len()
 }
 
-func (l *FailureLimiter) refill(b failBucket, now time.Time) failBucket {
-	if dt := now.Sub(b.at).Seconds(); dt > 0 {
-		b.tokens = min(float64(l.opts.Burst), b.tokens+dt*l.opts.PerSecond)
-		b.at = now
+// bucket finds the bucket that judges a client: its address's, or else its
+// prefix's; the caller holds l.mu.
+func (l *FailureLimiter) bucket(key, prefix failKey) (*failTable, int32, bool) {
+	if i, ok := l.addrs.get(key); ok {
+		return &l.addrs, i, true
 	}
-	return b
+	if i, ok := l.prefixes.get(prefix); ok {
+		return &l.prefixes, i, true
+	}
+	return nil, 0, false
 }
 
-func (l *FailureLimiter) wait(b failBucket) time.Duration {
+// evict makes room in the full address table: the address with the least
+// recent failure leaves it, and the tokens it had spent are taken from its
+// prefix's bucket (a new one, in place of the least recent prefix if that
+// table is full too); the caller holds l.mu.
+func (l *FailureLimiter) evict(now int64) {
+	i := l.addrs.tail
+	e := l.addrs.entries[i]
+	l.addrs.remove(i)
+	spent := float64(l.opts.Burst) - l.level(e, now)
+	if spent <= 0 {
+		return
+	}
+	_, prefix := failKeys(netip.AddrFrom16(e.key).Unmap())
+	if j, ok := l.prefixes.get(prefix); ok {
+		l.prefixes.update(j, max(0, l.level(l.prefixes.entries[j], now)-spent), now)
+		return
+	}
+	if l.prefixes.full() {
+		l.prefixes.remove(l.prefixes.tail)
+	}
+	l.prefixes.insert(prefix, max(0, float64(l.opts.Burst)-spent), now)
+}
+
+// expire forgets the buckets that are full again for sure (their last
+// failure is Burst/PerSecond old), least recent first: each step is one
+// bucket removed, so it costs nothing while none is due; the caller holds
+// l.mu.
+func (l *FailureLimiter) expire(now int64) {
+	for _, t := range []*failTable{&l.addrs, &l.prefixes} {
+		for t.tail >= 0 && now-t.entries[t.tail].at >= l.refillAll {
+			t.remove(t.tail)
+		}
+	}
+	l.count()
+}
+
+func (l *FailureLimiter) count() {
+	l.tracked.Store(int32(l.addrs.len() + l.prefixes.len()))
+}
+
+func (l *FailureLimiter) now() int64 { return int64(l.opts.Clock().Sub(l.base)) }
+
+// level is e's tokens at now.
+func (l *FailureLimiter) level(e failEntry, now int64) float64 {
+	if dt := now - e.at; dt > 0 {
+		return min(float64(l.opts.Burst), e.tokens+float64(dt)/1e9*l.opts.PerSecond)
+	}
+	return e.tokens
+}
+
+// wait is the time until a bucket at tokens has one.
+func (l *FailureLimiter) wait(tokens float64) time.Duration {
 	if l.opts.PerSecond <= 0 {
 		return time.Hour
 	}
-	return time.Duration((1 - b.tokens) / l.opts.PerSecond * float64(time.Second))
-}
-
-// sweep forgets addresses whose bucket is full again (they are the same as
-// untracked ones), at most once per second, so the table holds only
-// addresses with recent failures; the caller holds l.mu.
-func (l *FailureLimiter) sweep(now time.Time) {
-	if now.Sub(l.lastSweep) < time.Second {
-		return
-	}
-	l.lastSweep = now
-	for a, b := range l.buckets {
-		if l.refill(b, now).tokens >= float64(l.opts.Burst) {
-			delete(l.buckets, a)
-		}
-	}
-	if l.inUse && l.refill(l.overflow, now).tokens >= float64(l.opts.Burst) {
-		l.inUse = false
-	}
-	l.tracked.Store(int32(len(l.buckets)) + boolInt(l.inUse))
-}
-
-func boolInt(b bool) int32 {
-	if b {
-		return 1
-	}
-	return 0
+	return time.Duration((1 - tokens) / l.opts.PerSecond * float64(time.Second))
 }

@@ -86,7 +86,7 @@ func BenchmarkHandlerForward(b *testing.B) {
 }
 
 // okUpstream is a loopback upstream that answers "ok".
-func okUpstream(b *testing.B) *httptest.Server {
+func okUpstream(b testing.TB) *httptest.Server {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
 	b.Cleanup(up.Close)
 	return up
