@@ -69,8 +69,9 @@
 -- ARGV[18] shift (ms)       added to Redis's time for the quota only; tests
 --                           move the calendar with it, gateways send 0
 --
--- Returns {granted, remaining, wait_ms, reset_ms, now_ms}, and with a quota
--- {..., quota_remaining, quota_reset_ms, quota_short}:
+-- Returns {granted, remaining, wait_ms, reset_ms, now_ms, tokens_lo,
+-- tokens_hi, stored_ms}, and with a quota {..., quota_remaining,
+-- quota_reset_ms, quota_short}:
 --   granted    tokens taken (in units): 0 (rejected), or between cost and want
 --   remaining  tokens left after the call, floored
 --   wait_ms    milliseconds until cost tokens exist after this call: for a
@@ -79,6 +80,13 @@
 --              (0 when it could pass now; -1 if cost exceeds capacity)
 --   reset_ms   milliseconds until the bucket is full again
 --   now_ms     Redis's clock, so the gateway can express deadlines in it
+--   tokens_lo, tokens_hi, stored_ms
+--              the bucket's state as stored after the call (written by it,
+--              or as it was): the tokens (a double, as the low and high 32
+--              bits of its IEEE 754 form: a reply holds integers) left at
+--              Redis time stored_ms, from which every later call refills.
+--              A gateway that knows them computes what this script would
+--              answer at a later time, to the bit (its empty-bucket cache)
 --   quota_remaining  tokens left in the period after the call, floored
 --   quota_reset_ms   milliseconds until the period ends
 --   quota_short      1 when the quota holds fewer than cost tokens after
@@ -156,8 +164,16 @@ local function qcharge(n)
   qleft = math.min(qlimit, math.max(0, qleft - n))
 end
 
--- reply appends the quota's entries when there is a quota.
+-- The bucket's state as stored: set once it is read, and by store().
+local stored, stored_ms
+
+-- reply appends the stored state and, when there is a quota, the quota's
+-- entries.
 local function reply(r)
+  local lo, hi = struct.unpack('<I4I4', struct.pack('<d', stored))
+  table.insert(r, lo)
+  table.insert(r, hi)
+  table.insert(r, stored_ms)
   if qkey then
     local short = 0
     if qleft + 1e-9 < cost then
@@ -198,6 +214,7 @@ if not known then
   tokens = capacity
   ts = now
 end
+stored, stored_ms = tokens, ts
 
 -- A clock that went backwards (failover to a replica) refills nothing.
 local elapsed = now - ts
@@ -222,6 +239,7 @@ end
 -- (else retires it).
 local function store()
   redis.call('HSET', KEYS[1], field, struct.pack('<di6', tokens, now))
+  stored, stored_ms = tokens, now
   extend(KEYS[1])
   if compat then
     redis.call('HSET', KEYS[2], 'tokens', tokens, 'ts', now)

@@ -414,7 +414,7 @@ type call struct {
 	deadlineMs int64
 	// The reply: n integers, or err (as the connection or Redis gave it:
 	// a network error, NOSCRIPT, a script error).
-	reply [8]int64
+	reply replyInts
 	n     int
 	err   error
 }
@@ -678,7 +678,7 @@ func (bt *Batcher) answer(c *call, now time.Time) {
 	for i, o := range c.ops {
 		r := TakeResult{}
 		if err == nil {
-			r = TakeResult{Remaining: res.Remaining, ResetMs: res.ResetMs, Quota: res.Quota}
+			r = TakeResult{Remaining: res.Remaining, ResetMs: res.ResetMs, Quota: res.Quota, state: res.state}
 			if int64(i) < res.Granted {
 				r.Granted = 1
 			} else {

@@ -209,6 +209,10 @@ type TakeResult struct {
 	// Cached is true when the Cache answered from what it already knew,
 	// without asking Redis: such answers say nothing about Redis's health.
 	Cached bool
+
+	// state is the bucket as the script left it (zero when the answer is
+	// not the script's).
+	state bucketState
 }
 
 // outcome turns the answer to a Take of cost into an Outcome decided by

@@ -16,7 +16,7 @@ import (
 // A Batcher worker talking to a single Redis server sends its pipelines on
 // a connection of its own (a pipe), not through go-redis: the worker writes
 // the script calls' RESP straight from the calls' fields into one reused
-// buffer, and reads the replies (arrays of 5 or 8 integers) in place. No
+// buffer, and reads the replies (arrays of 8 or 11 integers) in place. No
 // command objects, no hooks, no pool: one connection per worker, used by
 // that worker alone. go-redis's pipeline machinery cost about as much CPU
 // per decision as the rest of the Redis path (see BENCHMARKS.md).
@@ -149,7 +149,7 @@ func (p *pipe) hello(deadline time.Time) error {
 		return err
 	}
 	for _, c := range cmds {
-		var sink [8]int64
+		var sink replyInts
 		_, replyErr, err := readReply(p.rd, &sink, false)
 		if err != nil {
 			return err
@@ -310,13 +310,13 @@ func (replyError) RedisError() {}
 // Redis writes it; it is closed.
 var errProtocol = errors.New("redis: malformed reply")
 
-// readReply reads one RESP2 reply. With ints, an array of at most 8
+// readReply reads one RESP2 reply. With ints, an array of at most 11
 // integers is read into dst (n of them); a simple string or anything else
 // is read and, with ints, answered with a reply error. replyErr is an error
 // reply (or a reply of an unexpected shape), which leaves the connection
 // usable; err means the connection is not (a read failed, or the bytes are
 // not RESP).
-func readReply(rd *bufio.Reader, dst *[8]int64, ints bool) (n int, replyErr, err error) {
+func readReply(rd *bufio.Reader, dst *replyInts, ints bool) (n int, replyErr, err error) {
 	line, err := readLine(rd)
 	if err != nil {
 		return 0, nil, err
@@ -342,7 +342,7 @@ func readReply(rd *bufio.Reader, dst *[8]int64, ints bool) (n int, replyErr, err
 }
 
 // readInts reads the elements of the array whose header is line.
-func readInts(rd *bufio.Reader, line []byte, dst *[8]int64) (int, error, error) {
+func readInts(rd *bufio.Reader, line []byte, dst *replyInts) (int, error, error) {
 	count, ok := parseInt(line[1:])
 	if !ok {
 		return 0, nil, errProtocol

@@ -125,7 +125,8 @@ func TestReadReply(t *testing.T) {
 		{name: "empty array", in: "*0\r\n", want: []int64{}},
 		{name: "error", in: "-NOSCRIPT No matching script. Please use EVAL.\r\n", replyErr: "NOSCRIPT No matching script"},
 		{name: "long error", in: "-" + long + "\r\n", replyErr: long},
-		{name: "nine integers", in: "*9\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:7\r\n:8\r\n:9\r\n", replyErr: "9 values"},
+		{name: "eleven integers", in: "*11\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:7\r\n:8\r\n:9\r\n:10\r\n:11\r\n", want: []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}},
+		{name: "twelve integers", in: "*12\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:7\r\n:8\r\n:9\r\n:10\r\n:11\r\n:12\r\n", replyErr: "12 values"},
 		{name: "nil array", in: "*-1\r\n", replyErr: "nil"},
 		{name: "bulk element", in: "*2\r\n:1\r\n$3\r\nabc\r\n", replyErr: "unexpected element"},
 		{name: "nested array", in: "*2\r\n*1\r\n:1\r\n:2\r\n", replyErr: "unexpected element"},
@@ -144,7 +145,7 @@ func TestReadReply(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const next = "*5\r\n:9\r\n:9\r\n:9\r\n:9\r\n:9\r\n"
 			rd := bufio.NewReaderSize(strings.NewReader(tc.in+next), 4096)
-			var dst [8]int64
+			var dst replyInts
 			n, replyErr, err := readReply(rd, &dst, true)
 			if tc.streamErr {
 				if err == nil {
@@ -284,7 +285,7 @@ func TestPipeDropsAConnectionOutOfStep(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = ln.Close() })
 	go func() {
-		replies := []string{"*5\r\n:1\r\n:garbage\r\n", "*5\r\n:1\r\n:4\r\n:0\r\n:100\r\n:1700000000000\r\n"}
+		replies := []string{"*5\r\n:1\r\n:garbage\r\n", "*8\r\n:1\r\n:4\r\n:0\r\n:100\r\n:1700000000000\r\n:0\r\n:1074790400\r\n:1700000000000\r\n"}
 		for i := 0; ; i++ {
 			conn, err := ln.Accept()
 			if err != nil {
@@ -367,7 +368,7 @@ func TestPipeKeepsNoHugeBuffer(t *testing.T) {
 		t.Fatalf("resent %d calls, want %d", n, len(calls))
 	}
 	for i := range calls {
-		if calls[i].err != nil || calls[i].n != 5 || calls[i].reply[0] != 1 {
+		if calls[i].err != nil || calls[i].n != 8 || calls[i].reply[0] != 1 {
 			t.Fatalf("call %d resent with EVAL: %v %v", i, calls[i].reply[:calls[i].n], calls[i].err)
 		}
 	}

@@ -292,3 +292,43 @@ func FuzzKeyIsUnambiguous(f *testing.F) {
 		}
 	})
 }
+
+// TestReplyCarriesStoredState: every reply of the script carries the
+// bucket's state as Redis stores it after the call, to the bit: the
+// tokens a take left and its time, a refusal's unchanged state (not
+// refilled: later calls refill from it), a charge into debt, a bucket
+// Redis holds nothing of (full, as of the call).
+func TestReplyCarriesStoredState(t *testing.T) {
+	srv := redistest.Start(t)
+	rc := srv.Client(t)
+	ctx := context.Background()
+	b := Bucket{Key: Key("state", "r"), Capacity: 7.5, RefillTokens: 3, RefillPeriodMs: 7000,
+		Quota: Quota{Key: QuotaKey("state", "r", ""), Limit: 100, Whole: 100, Start: 0, Switch: 1 << 50, End: 1<<50 + 1}}
+	charge := b
+	charge.Charge, charge.MaxDebt = true, 10
+	check := func(what string, r TakeResult, now int64) {
+		t.Helper()
+		st, err := Peek(ctx, rc, b.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := bucketState{stored: st.Tokens, storedMs: st.UpdatedMs, nowMs: now}
+		if !st.Found {
+			want = bucketState{stored: b.Capacity, storedMs: now, nowMs: now}
+		}
+		if r.state != want {
+			t.Errorf("%s: the reply says %+v, Redis stores %+v", what, r.state, want)
+		}
+	}
+	r, now := run(t, rc, &b, 8, 8)
+	check("a refusal of a bucket Redis holds nothing of", r, now)
+	r, now = run(t, rc, &b, 5, 5)
+	check("a take", r, now)
+	r, now = run(t, rc, &b, 7, 7)
+	check("a refusal", r, now)
+	r, now = run(t, rc, &charge, 9, 9)
+	check("a charge into debt", r, now)
+	if r.state.stored >= 0 || !r.Quota.Set {
+		t.Errorf("after the charge: %+v, want a debt and the quota's part", r)
+	}
+}

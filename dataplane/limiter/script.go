@@ -201,11 +201,41 @@ func Peek(ctx context.Context, c redis.Cmdable, key string) (State, error) {
 // it took nothing, and its caller has given up already.
 var errExpired = errors.New("reached Redis after its deadline")
 
-// parseReply reads the script's reply {granted, remaining, wait, reset, now}
-// and, for a call with a quota, {quota remaining, quota reset, quota short}.
-// Errors never quote the key: it holds a tenant id.
+// replyInts holds the integers of one script reply: {granted, remaining,
+// wait, reset, now, tokens (low and high 32 bits), stored}, and three more
+// with a quota.
+type replyInts [11]int64
+
+// bucketState is a bucket as the script stored it after one call (written
+// by the call, or as the call found it): Stored tokens left at StoredMs,
+// and Redis's time NowMs of the call. Every later call refills from the
+// stored pair, so from it the Cache computes, to the bit, what the script
+// would answer at a later Redis time (as long as nobody else takes).
+// NowMs is 0 in an answer that did not come from the script.
+type bucketState struct {
+	stored   float64
+	storedMs int64
+	nowMs    int64
+}
+
+// tokensAt is the bucket's tokens at Redis time nowMs, refilled as the
+// script refills them: from the stored pair, not before it (a clock that
+// went backwards refills nothing), up to the capacity. The conversion
+// keeps the product and the sum two roundings, as in the script (no
+// fused multiply-add).
+func (s *bucketState) tokensAt(b *Bucket, nowMs int64) float64 {
+	perMs := float64(b.RefillTokens) / float64(b.RefillPeriodMs)
+	elapsed := max(0, nowMs-s.storedMs)
+	return min(b.Capacity, s.stored+float64(float64(elapsed)*perMs))
+}
+
+// parseReply reads the script's reply {granted, remaining, wait, reset, now,
+// tokens low, tokens high, stored} and, for a call with a quota, {quota
+// remaining, quota reset, quota short}; a call that reached Redis after
+// its deadline gets {-1, 0, 0, 0, now}. Errors never quote the key: it
+// holds a tenant id.
 func parseReply(cmd *redis.Cmd) (TakeResult, int64, error) {
-	var buf [8]int64
+	var buf replyInts
 	n, err := int64s(cmd, &buf)
 	if err != nil {
 		return TakeResult{}, 0, fmt.Errorf("token bucket script: %w", err)
@@ -223,15 +253,16 @@ func (c *call) result() (TakeResult, int64, error) {
 
 // parseInts reads the script's reply from its integers.
 func parseInts(vals []int64) (TakeResult, int64, error) {
-	if len(vals) != 5 && len(vals) != 8 {
-		return TakeResult{}, 0, fmt.Errorf("token bucket script: %d values in reply, want 5 or 8", len(vals))
-	}
-	if vals[0] < 0 {
+	if len(vals) == 5 && vals[0] < 0 {
 		return TakeResult{}, vals[4], errExpired
 	}
-	r := TakeResult{Granted: vals[0], Remaining: vals[1], WaitMs: vals[2], ResetMs: vals[3]}
-	if len(vals) == 8 {
-		r.Quota = QuotaResult{Set: true, Remaining: vals[5], ResetMs: vals[6], Short: vals[7] == 1}
+	if len(vals) != 8 && len(vals) != 11 {
+		return TakeResult{}, 0, fmt.Errorf("token bucket script: %d values in reply, want 8 or 11", len(vals))
+	}
+	r := TakeResult{Granted: vals[0], Remaining: vals[1], WaitMs: vals[2], ResetMs: vals[3], state: bucketState{
+		stored: math.Float64frombits(uint64(vals[6])<<32 | uint64(vals[5])), storedMs: vals[7], nowMs: vals[4]}}
+	if len(vals) == 11 {
+		r.Quota = QuotaResult{Set: true, Remaining: vals[8], ResetMs: vals[9], Short: vals[10] == 1}
 	}
 	return r, vals[4], nil
 }
@@ -239,7 +270,7 @@ func parseInts(vals []int64) (TakeResult, int64, error) {
 // int64s reads the integers of cmd's array reply into dst (on the
 // caller's stack, where Cmd.Int64Slice would allocate); it returns how
 // many there are, or cmd's error (as go-redis gave it).
-func int64s(cmd *redis.Cmd, dst *[8]int64) (int, error) {
+func int64s(cmd *redis.Cmd, dst *replyInts) (int, error) {
 	vals, err := cmd.Slice()
 	if err != nil {
 		return 0, err
