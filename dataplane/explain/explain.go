@@ -108,8 +108,9 @@ type Bucket struct {
 	// more.
 	Prefetched          int64 `json:"prefetched"`
 	PrefetchExpiresInMs int64 `json:"prefetchExpiresInMs,omitempty"`
-	// EmptyForMs: this gateway rejects requests of at least EmptyCost tokens
-	// without asking Redis for this long (it reported the bucket empty).
+	// EmptyCost is the smallest cost this gateway rejects without asking
+	// Redis (after Redis refused a request of the bucket), for EmptyForMs
+	// more; larger costs for longer, as the script would.
 	EmptyForMs int64 `json:"emptyForMs,omitempty"`
 	EmptyCost  int64 `json:"emptyCost,omitempty"`
 }

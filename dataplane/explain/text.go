@@ -88,7 +88,7 @@ func (t *text) buckets(r Report) {
 		}
 		t.p("    this gateway: %s; breaker of %s %s", held, node, bk.Breaker)
 		if bk.EmptyForMs > 0 {
-			t.p("    this gateway rejects requests of %d+ tokens without asking Redis for %v more (Redis reported the bucket empty)", bk.EmptyCost, ms(bk.EmptyForMs))
+			t.p("    this gateway rejects requests of %d+ tokens without asking Redis: %d tokens for %v more, larger costs longer (Redis refused a request; the gateway follows the bucket's state from Redis's last answer)", bk.EmptyCost, bk.EmptyCost, ms(bk.EmptyForMs))
 		}
 	}
 	t.p("")

@@ -2,12 +2,16 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
@@ -159,4 +163,122 @@ func TestRequestCostBadInput(t *testing.T) {
 		t.Fatalf("cost above capacity: limit headers %v", res.Header)
 	}
 	wantTokens(t, srv, "bad", "create-order", 8)
+}
+
+// freezeBucket writes the bucket of tenant on route as holding tokens,
+// last written an hour from Redis's now: the script refills nothing
+// before then (a clock that went backwards refills nothing), so every
+// answer, Redis's or a cache's that follows the script, is the same
+// whenever the test sends its requests.
+func freezeBucket(t *testing.T, srv *redistest.Server, tenant, route string, tokens float64) {
+	t.Helper()
+	rc := srv.Client(t)
+	now, err := rc.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := now.Add(time.Hour).UnixMilli()
+	var v [14]byte
+	binary.LittleEndian.PutUint64(v[:8], math.Float64bits(tokens))
+	for i := 8; i < 14; i++ {
+		v[i] = byte(at >> (8 * (i - 8)))
+	}
+	hash, field := limiter.Storage(limiter.Key(tenant, route))
+	if err := rc.HSet(context.Background(), hash, field, string(v[:])).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// costAnswer is what a client sees of the gateway's answer to a request.
+type costAnswer struct {
+	status                                       int
+	retryAfter, limit, remaining, ietf, ietfPlan string
+	body                                         string
+}
+
+func costAnswerOf(res *http.Response, body string) costAnswer {
+	h := res.Header
+	return costAnswer{res.StatusCode, h.Get("Retry-After"), h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"),
+		h.Get("RateLimit"), h.Get("RateLimit-Policy"), body}
+}
+
+// TestEmptyBucketCacheAnswersEachCost (issue 27, item 6): capacity 20, 1
+// token a minute, the cost in X-Cost. After a cost of 20 emptied the
+// bucket and Redis refused a cost of 3 (Retry-After: 180), the gateway
+// with the empty-bucket cache answers every other cost as the gateway
+// without it does, which asks Redis every time: a cost of 10 waits 600 s,
+// 20 waits 1200 s, 21 can never pass (429 without Retry-After, "it can
+// never pass"), 1 waits 60 s; the same status, Retry-After, remaining and
+// IETF headers, and no Redis call. Then on a bucket 150 s after it
+// emptied (2.5 tokens): the costs it cannot serve are answered alike, and
+// a cost of 1, which it can, goes to Redis and passes on both.
+func TestEmptyBucketCacheAnswersEachCost(t *testing.T) {
+	srv := redistest.Start(t)
+	up := echoUpstream(t)
+	costs := "cost: {request: {header: X-Cost, max: 100}}"
+	perMinute := "refill: {tokens: 1, period: 1m}"
+	e := newEnv(t, up.URL, rule("emptied", "emptied", "create-order", 20, perMinute, costs)+
+		rule("later", "later", "create-order", 20, perMinute, costs))
+	o := e.options(srv.Addr())
+	o.IETFHeaders = true
+	cached := start(t, o, testLogger(t))
+	o.EmptyBucketCache = false
+	uncached := start(t, o, testLogger(t))
+
+	// compare sends cost to both gateways, the one without the cache
+	// first (a refusal changes nothing in Redis), and returns the answer.
+	compare := func(tenant string, cost int, redisCalls int64) costAnswer {
+		t.Helper()
+		want := costAnswerOf(sendCost(t, uncached, tenant, strconv.Itoa(cost)))
+		before := cached.RedisWaits()
+		got := costAnswerOf(sendCost(t, cached, tenant, strconv.Itoa(cost)))
+		if got != want {
+			t.Errorf("%s, cost %d: with the empty-bucket cache\n  %+v\nwithout it\n  %+v", tenant, cost, got, want)
+		}
+		if n := cached.RedisWaits() - before; n != redisCalls {
+			t.Errorf("%s, cost %d: %d Redis calls with the cache, want %d", tenant, cost, n, redisCalls)
+		}
+		return want
+	}
+
+	if res, body := sendCost(t, uncached, "emptied", "20"); res.StatusCode != 200 {
+		t.Fatalf("a cost of 20 on a full bucket of 20: %d %s", res.StatusCode, body)
+	}
+	freezeBucket(t, srv, "emptied", "create-order", tokens(t, srv, "emptied", "create-order"))
+	for _, step := range []struct {
+		cost       int
+		retryAfter string
+		redisCalls int64
+	}{{3, "180", 1}, {10, "600", 0}, {20, "1200", 0}, {21, "", 0}, {1, "60", 0}} {
+		a := compare("emptied", step.cost, step.redisCalls)
+		if a.status != 429 || a.retryAfter != step.retryAfter || a.remaining != "0" {
+			t.Errorf("emptied, cost %d: %+v, want 429 with Retry-After %q and nothing remaining", step.cost, a, step.retryAfter)
+		}
+		if step.cost == 21 && !strings.Contains(a.body, "it can never pass") {
+			t.Errorf("cost 21 on a capacity of 20: %q, want it can never pass", a.body)
+		}
+	}
+
+	freezeBucket(t, srv, "later", "create-order", 2.5)
+	for _, step := range []struct {
+		cost       int
+		retryAfter string
+		redisCalls int64
+	}{{3, "30", 1}, {10, "450", 0}, {20, "1050", 0}, {21, "", 0}} {
+		if a := compare("later", step.cost, step.redisCalls); a.status != 429 || a.retryAfter != step.retryAfter {
+			t.Errorf("later, cost %d: %+v, want 429 with Retry-After %q", step.cost, a, step.retryAfter)
+		}
+	}
+	// A cost of 1 passes: one gateway after the other, on the same state.
+	want := costAnswerOf(sendCost(t, uncached, "later", "1"))
+	freezeBucket(t, srv, "later", "create-order", 2.5)
+	before := cached.RedisWaits()
+	got := costAnswerOf(sendCost(t, cached, "later", "1"))
+	if got.status != 200 || got.remaining != "1" || cached.RedisWaits() != before+1 {
+		t.Errorf("later, cost 1 with 2.5 tokens: %+v after %d Redis calls, want 200 with 1 remaining from Redis", got, cached.RedisWaits()-before)
+	}
+	got.body, want.body = "", "" // the echo says which request it was
+	if got != want {
+		t.Errorf("later, cost 1: with the cache\n  %+v\nwithout it\n  %+v", got, want)
+	}
 }

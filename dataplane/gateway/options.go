@@ -181,7 +181,7 @@ func (o *Options) addLimiterFlags(fs *pflag.FlagSet) {
 		"How buckets are stored in Redis: packed (a tenant's buckets are fields of one hash rl:{tenant}, about 60 bytes each; a bucket tollgate 0.1 wrote is moved there, with its tokens, on first use) or "+
 			"compat-0.1 (the 0.1 form, a hash per bucket, is read and written too, so that 0.1 and newer gateways share every bucket while a rolling upgrade from 0.1 is under way; switch back to packed when it is done).")
 	fs.BoolVar(&o.EmptyBucketCache, "empty-bucket-cache", true,
-		"Reject requests against a bucket Redis reported empty without asking Redis again until it can refill (exact: tokens only arrive at the refill rate). False asks Redis for every request.")
+		"After Redis refused a request, reject the bucket's requests it cannot serve without asking Redis, each with the answer Redis would give for its cost (computed from the bucket's state in Redis's last answer, refilled to now; exact: tokens only arrive at the refill rate). False asks Redis for every request.")
 	fs.Uint32Var(&o.BreakerFailure, "breaker-failures", 5, "Consecutive Redis failures that open the circuit breaker (no request waits for Redis while it is open).")
 	fs.DurationVar(&o.BreakerOpenFor, "breaker-open-for", 500*time.Millisecond, "How long the breaker stays open before one background probe tries Redis again.")
 	fs.BoolVar(&o.Batching, "redis-batching", true,

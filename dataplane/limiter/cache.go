@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"sync"
 	"time"
 )
@@ -16,12 +17,21 @@ type lateTaker interface {
 // Cache sits between the chain's outer layer and the Redis side and saves
 // Redis calls in two exact-or-bounded ways:
 //
-//   - Empty buckets: when Redis answers that a bucket needs W more
-//     milliseconds before it can serve a request, no request of at least that
-//     cost can pass anywhere in the cluster before then (tokens only arrive
-//     at the refill rate), so requests in that time are rejected here, with
-//     the same Retry-After, without a call. A flood against an empty bucket
-//     costs Redis nothing.
+//   - Refusals (the empty-bucket cache): once Redis has refused a request,
+//     the Cache answers the next requests of the bucket that the script
+//     would refuse, without a call, each with the script's own answer for
+//     its cost at its time: the wait until that many tokens exist (none
+//     for a cost above the capacity: it can never pass), the tokens left,
+//     the reset, the quota's part. Every reply carries the bucket's state
+//     as stored (the tokens left at the last write) and Redis's time; the
+//     Cache refills the newest state as the script does, to Redis's time
+//     estimated from the reply's plus the local clock since (never ahead
+//     of Redis's clock: a wait errs long by a round trip, if anything). A
+//     request the script would grant goes to Redis. Tokens only arrive at
+//     the refill rate and other gateways' calls only take them (a spread
+//     request's give-back aside), so what the script would refuse by this
+//     state Redis refuses too, for at least as long. A flood against an
+//     empty bucket costs Redis nothing.
 //   - Prefetch: for buckets with Prefetch > 1, one call takes up to Prefetch
 //     tokens and the next requests spend them locally. Concurrent requests
 //     wait for the one call in flight instead of sending their own. Tokens
@@ -55,7 +65,7 @@ type CacheOptions struct {
 	// gets no timer here, only one waiting for another's fetch does.
 	NextBoundsWait bool
 	// NoEmptyCache disables the empty-bucket cache (the classic design:
-	// every request asks Redis).
+	// every request asks Redis; prefetched tokens are still spent).
 	NoEmptyCache bool
 	// Clock is the local clock (only durations are taken from it). Default
 	// time.Now.
@@ -84,17 +94,15 @@ type cacheEntry struct {
 	quota   QuotaResult
 	quotaAt time.Time
 
-	// Empty-bucket cache: no request of cost >= emptyCost passes before
-	// emptyUntil. emptyQuota is the quota as the refusal said it (at
-	// emptyAt): whether the quota refused, which a reply handled later (a
-	// late grant, a concurrent call's) must not overwrite.
-	emptyUntil time.Time
-	emptyCost  int64
-	emptyQuota QuotaResult
-	emptyAt    time.Time
-	// emptyLeft is the bucket's tokens as the refusal said them (fewer
-	// than the cost, or more when the quota refused).
-	emptyLeft int64
+	// Refusals: view is the bucket as the newest reply (by Redis's time)
+	// said it, with that reply's quota, handled at viewAt on the local
+	// clock. A refusal from Redis makes the Cache answer refusals itself
+	// until refuseUntil: the bucket is full again by then and a refusing
+	// quota's period over.
+	view        bucketState
+	viewQuota   QuotaResult
+	viewAt      time.Time
+	refuseUntil time.Time
 
 	// Prefetched tokens.
 	tokens    int64
@@ -179,25 +187,70 @@ func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, 
 	}
 }
 
-// answer is the Cache's own answer for a Take of cost, if it has one: a
-// known-empty bucket, or prefetched tokens. The caller holds the shard's
-// lock.
+// answer is the Cache's own answer for a Take of cost, if it has one:
+// prefetched tokens (first: they are taken in Redis already, and a Cache
+// without refusals spends them too), or the script's refusal. The caller
+// holds the shard's lock.
 func (e *cacheEntry) answer(b *Bucket, cost int64, now time.Time) (TakeResult, bool) {
-	if now.Before(e.emptyUntil) && cost >= e.emptyCost {
-		wait := e.emptyUntil.Sub(now)
-		q := e.emptyQuota
-		if q.Set {
-			q.ResetMs = max(0, q.ResetMs-now.Sub(e.emptyAt).Milliseconds())
-		}
-		return TakeResult{WaitMs: ceilMs(wait), Remaining: e.emptyLeft, ResetMs: ceilMs(resetAfter(*b, float64(e.emptyLeft))), Quota: q, Cached: true}, true
-	}
 	if e.tokens >= cost && now.Before(e.expires) {
 		e.tokens -= cost
 		r := TakeResult{Granted: cost, Remaining: e.remaining + e.tokens, Quota: e.quotaNow(now, e.tokens), Cached: true}
 		r.ResetMs = ceilMs(resetAfter(*b, float64(r.Remaining)))
 		return r, true
 	}
+	if now.Before(e.refuseUntil) {
+		return e.refusal(b, cost, now)
+	}
 	return TakeResult{}, false
+}
+
+// refusal is the script's answer to a Take of cost now, computed from the
+// bucket's state in the newest reply as lua/token_bucket.lua computes it,
+// when the script would refuse it: the bucket holds fewer than cost
+// tokens, or its quota does. ok is false when the script would grant it,
+// and when the state cannot say: the quota's period has ended since (the
+// new period's count is Redis's), the local fallback owes the quota
+// tokens (Redis adds them first), the Take counts fractions (a spread).
+func (e *cacheEntry) refusal(b *Bucket, cost int64, now time.Time) (TakeResult, bool) {
+	if e.view.nowMs == 0 || b.Unit > 1 || b.Quota.Owed > 0 {
+		return TakeResult{}, false
+	}
+	// Whole milliseconds, as Redis's clock in the script.
+	since := max(0, now.Sub(e.viewAt).Milliseconds())
+	tokens := e.view.tokensAt(b, e.view.nowMs+since)
+	perMs := float64(b.RefillTokens) / float64(b.RefillPeriodMs)
+	c := float64(cost)
+	r := TakeResult{Remaining: int64(math.Floor(tokens)), ResetMs: int64(math.Ceil((b.Capacity - tokens) / perMs)), Cached: true}
+	short := tokens < c
+	switch {
+	case c > b.Capacity:
+		r.WaitMs = -1 // never
+	case short:
+		r.WaitMs = int64(math.Ceil((c - tokens) / perMs))
+	}
+	if b.Quota.Key != "" {
+		q := e.viewQuota
+		q.ResetMs -= since
+		if !q.Set || q.ResetMs <= 0 {
+			return TakeResult{}, false
+		}
+		// The script's count is floored in the reply; a period's count of
+		// whole requests is whole.
+		q.Short = q.Remaining < cost
+		if q.Short {
+			short = true
+			if cost > b.Quota.Limit {
+				r.WaitMs = -1
+			} else if r.WaitMs >= 0 {
+				r.WaitMs = max(r.WaitMs, q.ResetMs)
+			}
+		}
+		r.Quota = q
+	}
+	if !short {
+		return TakeResult{}, false
+	}
+	return r, true
 }
 
 // fetch asks the Taker and records what it learnt.
@@ -225,10 +278,10 @@ func (c *Cache) fetch(ctx context.Context, sh *cacheShard, b Bucket, cost, want 
 	if r.Quota.Set {
 		e.quota, e.quotaAt = r.Quota, now
 	}
+	e.observe(&b, &r, now)
 	if r.Granted < cost {
-		if !c.opts.NoEmptyCache && r.WaitMs > 0 {
-			e.emptyUntil, e.emptyCost = now.Add(time.Duration(r.WaitMs)*time.Millisecond), cost
-			e.emptyQuota, e.emptyAt, e.emptyLeft = r.Quota, now, r.Remaining
+		if !c.opts.NoEmptyCache && r.state.nowMs > 0 {
+			e.refuse(&r, now)
 		}
 		return r, nil
 	}
@@ -250,6 +303,54 @@ func (c *Cache) keepLate(b *Bucket, r TakeResult) {
 	e.remaining = r.Remaining
 	if r.Quota.Set {
 		e.quota, e.quotaAt = r.Quota, now
+	}
+	e.observe(b, &r, now)
+}
+
+// learn records what a call that went past the Cache (a charge, a spread
+// request's take or give-back) said of bucket b, so that the Cache's
+// refusals count it: a charge into debt makes them wait for the debt too.
+// A bucket the Cache holds nothing of is left alone.
+func (c *Cache) learn(b Bucket, r TakeResult) {
+	sh := c.shard(b.Key)
+	now := c.opts.Clock()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.entries[b.Key]; e != nil && e.matches(&b) {
+		e.observe(&b, &r, now)
+	}
+}
+
+// observe keeps what reply r said of the bucket, handled at now, unless
+// the entry knows a newer state: replies are handled out of order at times
+// (a late grant, a concurrent call's), and Redis's time orders them. Of
+// two replies in one millisecond, the one that left fewer tokens (or, that
+// failing, fewer in the quota) came later: a take lowers them, a refusal
+// writes nothing.
+func (e *cacheEntry) observe(b *Bucket, r *TakeResult, now time.Time) {
+	s := r.state
+	if s.nowMs == 0 || s.nowMs < e.view.nowMs {
+		return
+	}
+	if s.nowMs == e.view.nowMs {
+		mine, known := s.tokensAt(b, s.nowMs), e.view.tokensAt(b, s.nowMs)
+		if mine > known || (mine == known && r.Quota.Remaining >= e.viewQuota.Remaining) {
+			return
+		}
+	}
+	e.view, e.viewQuota, e.viewAt = s, r.Quota, now
+}
+
+// refuse makes the Cache answer refusals after Redis's refusal r, handled
+// at now: until the bucket is full again, or the period of the quota that
+// refused has ended.
+func (e *cacheEntry) refuse(r *TakeResult, now time.Time) {
+	horizon := r.ResetMs
+	if r.Quota.Short {
+		horizon = max(horizon, r.Quota.ResetMs)
+	}
+	if until := now.Add(time.Duration(horizon) * time.Millisecond); until.After(e.refuseUntil) {
+		e.refuseUntil = until
 	}
 }
 
@@ -291,8 +392,7 @@ func ceilMs(d time.Duration) int64 {
 // The caller holds sh.mu.
 func (sh *cacheShard) entry(b Bucket, now time.Time, maxEntries int) *cacheEntry {
 	e := sh.entries[b.Key]
-	if e != nil && e.capacity == b.Capacity && e.refillTokens == b.RefillTokens && e.refillMs == b.RefillPeriodMs &&
-		e.quotaKey == b.Quota.Key && e.quotaLimit == b.Quota.Limit {
+	if e != nil && e.matches(&b) {
 		return e
 	}
 	if limit := max(1, maxEntries/cacheShards); e == nil && len(sh.entries) >= limit {
@@ -306,12 +406,18 @@ func (sh *cacheShard) entry(b Bucket, now time.Time, maxEntries int) *cacheEntry
 	return fresh
 }
 
+// matches reports whether e is of b's limits.
+func (e *cacheEntry) matches(b *Bucket) bool {
+	return e.capacity == b.Capacity && e.refillTokens == b.RefillTokens && e.refillMs == b.RefillPeriodMs &&
+		e.quotaKey == b.Quota.Key && e.quotaLimit == b.Quota.Limit
+}
+
 // evict drops entries that hold nothing useful any more and, if the shard is
 // still full, a few arbitrary ones (losing a cache entry only costs a Redis
 // call). The caller holds sh.mu.
 func (sh *cacheShard) evict(now time.Time, limit int) {
 	for k, e := range sh.entries {
-		if e.fetching == nil && !now.Before(e.emptyUntil) && (e.tokens == 0 || !now.Before(e.expires)) {
+		if e.fetching == nil && !now.Before(e.refuseUntil) && (e.tokens == 0 || !now.Before(e.expires)) {
 			delete(sh.entries, k)
 		}
 	}
@@ -331,12 +437,13 @@ func resetAfter(b Bucket, tokens float64) time.Duration {
 	return msDuration(max(0, b.Capacity-tokens) / perMs)
 }
 
-// Refilled forgets that b is empty: tokens were given back to it.
+// Refilled forgets what the Cache knows of b's state: tokens are being
+// given back to it. Its refusals wait for Redis's next refusal.
 func (c *Cache) Refilled(b Bucket) {
 	sh := c.shard(b.Key)
 	sh.mu.Lock()
 	if e := sh.entries[b.Key]; e != nil {
-		e.emptyUntil = time.Time{}
+		e.refuseUntil, e.view, e.viewQuota = time.Time{}, bucketState{}, QuotaResult{}
 	}
 	sh.mu.Unlock()
 }

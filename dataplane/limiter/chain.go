@@ -76,8 +76,9 @@ type ChainOptions struct {
 	// PipelinesViaGoRedis sends the pipelines through the client's pool
 	// even to a single server (see BatcherOptions.ViaGoRedis).
 	PipelinesViaGoRedis bool
-	// EmptyBucketCache rejects requests against a bucket Redis reported
-	// empty without asking it again until it can refill.
+	// EmptyBucketCache: after Redis refused a request of a bucket, the
+	// Cache answers the requests the script would refuse, each with the
+	// script's answer for its cost (see Cache).
 	EmptyBucketCache bool
 	// PrefetchTTL is how long prefetched tokens, and tokens Redis granted
 	// to a call after its request was answered (a stall), stay usable.

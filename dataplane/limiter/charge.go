@@ -34,6 +34,7 @@ func (c *Chain) Charge(ctx context.Context, b Bucket, cost int64) Charged {
 		return c.local.Charge(ctx, b, cost)
 	}
 	c.local.Observe(b, r.Remaining)
+	c.cache.learn(b, r) // its refusals wait for the debt too
 	return Charged{Tokens: r.Granted, Remaining: r.Remaining, Source: SourceRedis}
 }
 

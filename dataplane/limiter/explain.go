@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"time"
 )
 
@@ -21,8 +22,10 @@ type Held struct {
 	// Redis, for PrefetchExpiresIn more.
 	Prefetched        int64
 	PrefetchExpiresIn time.Duration
-	// EmptyFor is how long the empty-bucket cache still rejects requests of
-	// at least EmptyCost tokens without asking Redis (0: not empty).
+	// EmptyCost is the smallest cost the empty-bucket cache rejects now
+	// without asking Redis (0: none), for EmptyFor more; it rejects larger
+	// costs for longer, each until the bucket holds it, as the script
+	// would.
 	EmptyFor  time.Duration
 	EmptyCost int64
 }
@@ -50,7 +53,7 @@ func (c *Chain) Held(ctx context.Context, b Bucket) Held {
 		return h
 	}
 	h.Node, h.Breaker = c.breaker.peek(ctx, b.Key)
-	c.cache.peek(b.Key, &h)
+	c.cache.peek(&b, &h)
 	return h
 }
 
@@ -89,21 +92,31 @@ func (bs *Breakers) peek(ctx context.Context, key string) (node, state string) {
 	return node, "closed"
 }
 
-// peek fills h with the cache's entry for key, if any.
-func (c *Cache) peek(key string, h *Held) {
+// peek fills h with the cache's entry for b, if any.
+func (c *Cache) peek(b *Bucket, h *Held) {
 	now := c.opts.Clock()
-	sh := &c.shards[maphash.String(c.seed, key)%cacheShards]
+	sh := &c.shards[maphash.String(c.seed, b.Key)%cacheShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.entries[key]
-	if e == nil {
+	e := sh.entries[b.Key]
+	if e == nil || !e.matches(b) {
 		return
 	}
 	if e.tokens > 0 && now.Before(e.expires) {
 		h.Prefetched, h.PrefetchExpiresIn = e.tokens, e.expires.Sub(now)
 	}
-	if now.Before(e.emptyUntil) {
-		h.EmptyFor, h.EmptyCost = e.emptyUntil.Sub(now), e.emptyCost
+	if !now.Before(e.refuseUntil) {
+		return
+	}
+	// The smallest cost refused: one more than the bucket holds, or than
+	// the quota does.
+	tokens := e.view.tokensAt(b, e.view.nowMs+max(0, now.Sub(e.viewAt).Milliseconds()))
+	cost := max(1, int64(math.Floor(tokens))+1)
+	if e.viewQuota.Set {
+		cost = min(cost, e.viewQuota.Remaining+1)
+	}
+	if r, ok := e.refusal(b, cost, now); ok && r.WaitMs >= 0 {
+		h.EmptyFor, h.EmptyCost = time.Duration(r.WaitMs)*time.Millisecond, cost
 	}
 }
 

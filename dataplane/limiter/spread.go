@@ -64,6 +64,7 @@ func (c *Chain) AllowSpread(ctx context.Context, shards []Bucket, cost int64) (O
 		}
 		c.local.Observe(b, r.Remaining)
 		c.local.ObserveQuota(b, r.Quota)
+		c.cache.learn(b, r)
 		remaining += r.Remaining
 		sq.add(r)
 		if r.Granted > 0 {
@@ -150,6 +151,7 @@ func (c *Chain) giveBack(took []part) {
 		c.cache.Refilled(p.b)
 		if r, err := c.breaker.Take(ctx, p.b, -p.units, -p.units); err == nil {
 			c.local.Observe(p.b, r.Remaining)
+			c.cache.learn(p.b, r)
 		}
 	}
 }
