@@ -406,3 +406,40 @@ func TestCacheRefusalRules(t *testing.T) {
 		})
 	}
 }
+
+// TestCacheRefusalWithPrefetchedTokens: with a prefetch batch of 5 on a
+// bucket of 10, the tokens this gateway holds are spent first, as without
+// the empty-bucket cache; a cost they do not cover is refused by the Cache
+// with the script's answer for Redis's bucket alone (which is what Redis
+// answers: held tokens are not Redis's), and a cost Redis's bucket holds
+// goes to Redis.
+func TestCacheRefusalWithPrefetchedTokens(t *testing.T) {
+	srv := redistest.Start(t)
+	rc := srv.Client(t)
+	ctx := context.Background()
+	side := &redisSide{rc: rc}
+	start := time.Unix(1_800_000_000, 0)
+	clock := start
+	c := NewCache(side, CacheOptions{Clock: func() time.Time { return clock }, TTL: time.Hour})
+	b := Bucket{Key: Key("prefetch", "r"), Capacity: 10, RefillTokens: 1, RefillPeriodMs: 60_000, Prefetch: 5}
+	if r, err := c.Take(ctx, b, 1, 1); err != nil || r.Granted < 1 || r.Cached {
+		t.Fatalf("the first request: %+v %v, want a batch of 5 from Redis", r, err)
+	}
+	if r, err := c.Take(ctx, b, 8, 8); err != nil || r.Granted != 0 || r.Cached {
+		t.Fatalf("a cost of 8 with 4 held and 5 in Redis: %+v %v, want refused by Redis", r, err)
+	}
+	armedMs := side.nowMs
+	side.offline = true
+	if r, err := c.Take(ctx, b, 3, 3); err != nil || r.Granted != 3 || !r.Cached {
+		t.Fatalf("a cost of 3 with 4 held: %+v %v, want the held tokens", r, err)
+	}
+	want, redisMs := run(t, rc, &b, 6, 6)
+	clock = start.Add(time.Duration(redisMs-armedMs) * time.Millisecond)
+	got, err := c.Take(ctx, b, 6, 6)
+	if err != nil || !got.Cached || answerOf(got) != answerOf(want) {
+		t.Fatalf("a cost of 6 with 1 held and 5 in Redis: %+v %v, want the Cache's answer %+v", got, err, want)
+	}
+	if _, err := c.Take(ctx, b, 5, 5); !errors.Is(err, errAsked) {
+		t.Fatalf("a cost of 5 with 5 in Redis: %v, want Redis asked", err)
+	}
+}
