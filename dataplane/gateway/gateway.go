@@ -99,7 +99,7 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 			Decider: g.engine, Identity: resolver,
 			Metrics: g.metrics, IETFHeaders: opts.IETFHeaders, Logger: log.WithName("proxy"),
 			UpstreamTimeout: opts.UpstreamTimeout, ClientBodyTimeout: opts.ClientBodyTimeout, Failures: opts.failureLimiter(),
-			Slots: g.slots, Region: opts.Region,
+			Slots: g.slots, Region: opts.Region, TenantHeader: opts.TenantHeader,
 		}
 		if g.httpRoutes != nil {
 			po.HTTPRoutes = g.httpRoutes.Current

@@ -30,9 +30,9 @@ func echoUpstream(t *testing.T) *httptest.Server {
 		// An upstream that sends its own limit header: the gateway's must win.
 		w.Header().Set("X-RateLimit-Remaining", "999")
 		w.Header().Set("X-Upstream", "echo")
-		fmt.Fprintf(w, "%s %s host=%s xff=%s xfh=%s xfp=%s key=%s body=%s\n", r.Method, r.URL.RequestURI(), r.Host,
+		fmt.Fprintf(w, "%s %s host=%s xff=%s xfh=%s xfp=%s key=%s tenant=%s body=%s\n", r.Method, r.URL.RequestURI(), r.Host,
 			r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Forwarded-Host"), r.Header.Get("X-Forwarded-Proto"),
-			r.Header.Get("X-Api-Key"), body)
+			r.Header.Get("X-Api-Key"), r.Header.Get("X-Tollgate-Tenant"), body)
 	}))
 	t.Cleanup(srv.Close)
 	return srv

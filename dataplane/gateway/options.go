@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/tollgate-dev/tollgate/dataplane/proxy"
 	"github.com/tollgate-dev/tollgate/dataplane/redisconf"
 	"github.com/tollgate-dev/tollgate/internal/kubeconfig"
 	"github.com/tollgate-dev/tollgate/pkg/routetable"
@@ -55,6 +56,8 @@ type Options struct {
 	APIKeysFile string
 	Identity    string
 	IETFHeaders bool
+	// TenantHeader: see --tenant-header.
+	TenantHeader string
 
 	DefaultCapacity        int64
 	DefaultRefillPerSecond int64
@@ -161,6 +164,9 @@ func (o *Options) addInputFlags(fs *pflag.FlagSet) {
 		"Client addresses with failures tracked at once, and as many prefixes (about 90 bytes each); when full, the address with the least recent failure "+
 			"leaves and its failures count for its prefix (IPv4 /24, IPv6 /56), which then judges that prefix's untracked addresses.")
 	fs.BoolVar(&o.IETFHeaders, "ietf-headers", false, "Also send the IETF RateLimit and RateLimit-Policy headers.")
+	fs.StringVar(&o.TenantHeader, "tenant-header", proxy.DefaultTenantHeader,
+		"Request header in which the upstream learns the tenant of a forwarded request. The gateway owns it: a client's copy is removed from every request. "+
+			"The API key (X-Api-Key) is never forwarded.")
 
 	fs.Int64Var(&o.DefaultCapacity, "default-capacity", 20, "Burst of the built-in rule used when no RateLimitRule matches.")
 	fs.Int64Var(&o.DefaultRefillPerSecond, "default-refill-per-second", 10, "Rate of the built-in rule used when no RateLimitRule matches.")
@@ -271,6 +277,9 @@ func (o *Options) Validate() error {
 	}
 	if err := o.validateIdentity(); err != nil {
 		return err
+	}
+	if err := proxy.CheckTenantHeader(o.TenantHeader); err != nil {
+		return fmt.Errorf("--tenant-header: %w", err)
 	}
 	if err := o.validateRLSTLS(); err != nil {
 		return err

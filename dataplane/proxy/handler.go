@@ -4,6 +4,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -60,6 +61,11 @@ type Options struct {
 	// body, from the start of the handler; a body still unfinished then is
 	// answered 408 and the connection closed. Zero means no bound.
 	ClientBodyTimeout time.Duration
+	// TenantHeader is the request header in which an upstream learns the
+	// tenant of a forwarded request (CheckTenantHeader says which names
+	// are refused); "" means DefaultTenantHeader. The gateway owns it: a
+	// client's copy is removed from every request.
+	TenantHeader string
 }
 
 // Decider makes the rate limit decision of one request, and charges a
@@ -78,6 +84,8 @@ type Handler struct {
 	opts      Options
 	upstreams *upstreams
 	log       *ratelog.Logger
+	// tenantHeader is opts.TenantHeader in canonical form.
+	tenantHeader string
 	// gwUpstreams are the forwarding states of HTTPRoute rules.
 	gwUpstreams *gatewayUpstreams
 
@@ -88,8 +96,10 @@ type Handler struct {
 func New(opts Options) *Handler {
 	log := ratelog.New(opts.Logger, logInterval)
 	f := opts.Metrics.IdentityFailures
+	tenantHeader := http.CanonicalHeaderKey(cmp.Or(opts.TenantHeader, DefaultTenantHeader))
 	return &Handler{
-		opts: opts, upstreams: newUpstreams(opts.Metrics, log, opts.UpstreamTimeout), log: log,
+		opts: opts, upstreams: newUpstreams(opts.Metrics, log, opts.UpstreamTimeout, tenantHeader), log: log,
+		tenantHeader:    tenantHeader,
 		gwUpstreams:     &gatewayUpstreams{},
 		failuresMissing: f.WithLabelValues(metrics.IdentityMissing), failuresInvalid: f.WithLabelValues(metrics.IdentityInvalid),
 		failuresUnknown: f.WithLabelValues(metrics.IdentityUnknown), failuresLimited: f.WithLabelValues(metrics.IdentityLimited),
@@ -103,6 +113,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// LF and CR: this one is its last.
 		w.Header().Set("Connection", "close")
 	}
+	// Only the gateway says who the caller is: a client's own tenant
+	// header goes, whatever becomes of the request.
+	r.Header.Del(h.tenantHeader)
 	body := h.boundBody(w, r)
 	var up *upstream
 	if h.opts.HTTPRoutes != nil {
@@ -197,6 +210,8 @@ func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *up
 		return
 	}
 	defer slot.release()
+	// The upstream learns the tenant, never the key (forwardIdentity).
+	r.Header[h.tenantHeader] = []string{tenant}
 	if body != nil {
 		// The body is read while forwarding: the upstream's error handler
 		// finds it in the context to tell a client's timeout from the

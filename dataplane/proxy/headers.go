@@ -1,10 +1,14 @@
 package proxy
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/tollgate-dev/tollgate/dataplane/decision"
+	"github.com/tollgate-dev/tollgate/dataplane/identity"
 	"github.com/tollgate-dev/tollgate/dataplane/limitheaders"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
@@ -19,6 +23,28 @@ var (
 	headerIETFPolicy = http.CanonicalHeaderKey(limitheaders.IETFPolicy)
 	headerShadow     = http.CanonicalHeaderKey(limitheaders.Shadow)
 )
+
+// DefaultTenantHeader is the request header in which an upstream learns the
+// tenant of a forwarded request, unless Options.TenantHeader names another.
+const DefaultTenantHeader = "X-Tollgate-Tenant"
+
+// CheckTenantHeader checks a name for Options.TenantHeader: a valid header
+// field name that is neither the API key header (never forwarded) nor a
+// header HTTP or the reverse proxy manages themselves.
+func CheckTenantHeader(name string) error {
+	if !httpguts.ValidHeaderFieldName(name) {
+		return fmt.Errorf("%q is not a valid header name", name)
+	}
+	switch c := http.CanonicalHeaderKey(name); c {
+	case http.CanonicalHeaderKey(identity.HeaderName):
+		return fmt.Errorf("%q is the API key header, which is never forwarded", name)
+	case "Host", "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length", "Content-Type", "Accept-Encoding",
+		"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Cookie", "Authorization":
+		return fmt.Errorf("%q is a header HTTP or the proxy sets itself", name)
+	}
+	return nil
+}
 
 // ownHeaders are set by the gateway; the same headers from an upstream are
 // dropped so a response never carries two answers.

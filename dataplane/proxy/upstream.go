@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate-dev/tollgate/dataplane/httpguard"
+	"github.com/tollgate-dev/tollgate/dataplane/identity"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
@@ -47,7 +48,9 @@ type upstreams struct {
 	metrics *metrics.Gateway
 	log     *ratelog.Logger
 	timeout time.Duration // of routes without one
-	cur     perTable[*routes.Table, *routes.Route]
+	// tenantHeader (canonical) carries the tenant to the upstream.
+	tenantHeader string
+	cur          perTable[*routes.Table, *routes.Route]
 
 	mu         sync.Mutex
 	transports map[time.Duration]*http.Transport
@@ -85,8 +88,8 @@ func (c *perTable[T, K]) get(table T, key K, build func() *upstream) *upstream {
 	return up.(*upstream)
 }
 
-func newUpstreams(m *metrics.Gateway, log *ratelog.Logger, timeout time.Duration) *upstreams {
-	return &upstreams{metrics: m, log: log, timeout: timeout, transports: map[time.Duration]*http.Transport{}}
+func newUpstreams(m *metrics.Gateway, log *ratelog.Logger, timeout time.Duration, tenantHeader string) *upstreams {
+	return &upstreams{metrics: m, log: log, timeout: timeout, tenantHeader: tenantHeader, transports: map[time.Duration]*http.Transport{}}
 }
 
 // get returns the upstream of route, a route of table.
@@ -111,8 +114,9 @@ func (u *upstreams) build(r *routes.Route) *upstream {
 	})
 }
 
-// buildWith builds the upstream of route id: a reverse proxy with rewrite,
-// the response-header timeout (0: the default) and the route's counters.
+// buildWith builds the upstream of route id: a reverse proxy with rewrite
+// (then forwardIdentity), the response-header timeout (0: the default) and
+// the route's counters.
 func (u *upstreams) buildWith(id string, timeout time.Duration, rewrite func(*httputil.ProxyRequest)) *upstream {
 	up := &upstream{id: id, decisions: u.metrics.DecisionCounters(id, numSources, sourceName)}
 	// The upstream's answers, and the 502/504 written when it failed; a
@@ -133,7 +137,12 @@ func (u *upstreams) buildWith(id string, timeout time.Duration, rewrite func(*ht
 	transport := u.transport(timeout)
 	u.mu.Unlock()
 	up.proxy = &httputil.ReverseProxy{
-		Rewrite:   rewrite,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			if rewrite != nil { // nil: a redirect, which forwards nothing
+				rewrite(pr)
+			}
+			u.forwardIdentity(pr)
+		},
 		Transport: timedTransport{base: transport, observe: observe},
 		// No periodic flush: ReverseProxy already flushes every write of a
 		// streamed response (unknown length, or text/event-stream), and a
@@ -146,6 +155,22 @@ func (u *upstreams) buildWith(id string, timeout time.Duration, rewrite func(*ht
 		ErrorHandler:   u.errorHandler(id, &classes, clientTimeout),
 	}
 	return up
+}
+
+// forwardIdentity replaces what the client said about who it is with what
+// the gateway found: the API key never leaves the gateway, and the tenant
+// header holds the tenant the handler put on the inbound request (after
+// removing the client's copy). It runs after the route's rewrite, so no
+// RequestHeaderModifier sets either header, and after the reverse proxy
+// dropped the hop-by-hop headers, so a client that names the tenant header
+// in Connection does not remove it.
+func (u *upstreams) forwardIdentity(pr *httputil.ProxyRequest) {
+	pr.Out.Header.Del(identity.HeaderName)
+	if t := pr.In.Header[u.tenantHeader]; len(t) > 0 {
+		pr.Out.Header[u.tenantHeader] = t
+	} else {
+		delete(pr.Out.Header, u.tenantHeader)
+	}
 }
 
 // modifyResponse prepares an upstream's response for the client: it drops

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/dataplane/identity"
+	"github.com/tollgate-dev/tollgate/dataplane/proxy"
 )
 
 // TestChartIdentity: with default values the gateway maps API keys and knows
@@ -67,5 +68,34 @@ func TestChartIdentity(t *testing.T) {
 		if _, err := renderWith(t, tc.values); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: want an error mentioning %q, got %v", tc.name, tc.want, err)
 		}
+	}
+}
+
+// TestTenantHeaderArg: the chart and the kustomize tree name the header in
+// which upstreams learn the tenant (--tenant-header, the gateway's default),
+// gateway.tenantHeader renames it, and the schema refuses a value that is no
+// header name.
+func TestTenantHeaderArg(t *testing.T) {
+	const gw = "tollgate-gateway"
+	r := renders(t)
+	for name, want := range map[string][2]string{ // render: gateway Deployment, --tenant-header
+		"kustomize":        {gw, proxy.DefaultTenantHeader},
+		"chart-default":    {gw, proxy.DefaultTenantHeader},
+		"chart-gatewayapi": {"gw-tollgate-gateway", proxy.DefaultTenantHeader},
+		"chart-full":       {"edge-tollgate-gateway", "X-Edge-Tenant"},
+	} {
+		if v, _ := flagValue(containerArgs(t, r[name], want[0], "gateway"), "tenant-header"); v != want[1] {
+			t.Errorf("%s: --tenant-header=%q, want %s", name, v, want[1])
+		}
+	}
+	out, err := renderWith(t, "gateway: {tenantHeader: X-Shop-Tenant}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := flagValue(containerArgs(t, decode(t, out), gw, "gateway"), "tenant-header"); v != "X-Shop-Tenant" {
+		t.Errorf("gateway.tenantHeader X-Shop-Tenant: --tenant-header=%q", v)
+	}
+	if _, err := renderWith(t, `gateway: {tenantHeader: "X Shop"}`); err == nil || !strings.Contains(err.Error(), "/gateway/tenantHeader") {
+		t.Errorf("gateway.tenantHeader with a space: want a schema error naming it, got %v", err)
 	}
 }

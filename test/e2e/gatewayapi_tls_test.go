@@ -144,11 +144,12 @@ type httpsResult struct {
 	Status int
 	CN     string // the common name of the certificate the gateway presented
 	Body   string
+	Header http.Header
 }
 
 // httpsGet sends GET path with Host host over a new TLS connection with
 // server name sni, verifying the gateway's certificate against roots.
-func httpsGet(addr, sni, host, path, tenant string, roots *x509.CertPool) (httpsResult, error) {
+func httpsGet(addr, sni, host, path, tenant string, roots *x509.CertPool, headers ...string) (httpsResult, error) {
 	tr := &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{ServerName: sni, RootCAs: roots, MinVersion: tls.VersionTLS12}}
 	defer tr.CloseIdleConnections()
 	req, err := http.NewRequest("GET", "https://"+addr+path, nil)
@@ -157,13 +158,16 @@ func httpsGet(addr, sni, host, path, tenant string, roots *x509.CertPool) (https
 	}
 	req.Host = host
 	req.Header.Set("X-Api-Key", tenant)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
 	res, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
 		return httpsResult{}, err
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
-	return httpsResult{Status: res.StatusCode, CN: res.TLS.PeerCertificates[0].Subject.CommonName, Body: string(b)}, nil
+	return httpsResult{Status: res.StatusCode, CN: res.TLS.PeerCertificates[0].Subject.CommonName, Body: string(b), Header: res.Header}, nil
 }
 
 // listenerConds are the conditions of each listener of Gateway secure/web.
@@ -289,6 +293,13 @@ spec:
 		r, err := httpsGet(tlsAddr, "shop.example.com", "shop.example.com", "/items", "probe", roots)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(r.Body).To(Equal("web shop.example.com /items"))
+
+		By("over HTTPS too the backend receives the tenant, never the API key nor a client's own tenant header")
+		r, err = httpsGet(tlsAddr, "shop.example.com", "shop.example.com", "/items", "probe", roots, "X-Tollgate-Tenant", "shop-b")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(r.Status).To(Equal(200))
+		Expect(r.Header.Values("Echo-X-Api-Key")).To(BeEmpty())
+		Expect(r.Header.Values("Echo-X-Tollgate-Tenant")).To(Equal([]string{"probe"}))
 
 		By("a wildcard listener's certificate for a subdomain")
 		Eventually(func() (httpsResult, error) {
