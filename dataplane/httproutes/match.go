@@ -162,6 +162,15 @@ func sortEntries(es []*entry) {
 	})
 }
 
+// Rules are the table's rules, in the compiled table's order. They are
+// shared and must not be modified.
+func (t *Table) Rules() []*Rule {
+	if t == nil {
+		return nil
+	}
+	return t.rules
+}
+
 // Len is the number of rules.
 func (t *Table) Len() int {
 	if t == nil {

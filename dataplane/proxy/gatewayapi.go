@@ -65,6 +65,19 @@ func (h *Handler) routeGatewayAPI(w http.ResponseWriter, r *http.Request) (*upst
 	return up, r.WithContext(context.WithValue(r.Context(), gwTargetKey{}, tgt))
 }
 
+// retainTransports keeps, on a table swap, the transports of the new
+// table's backend timeouts only (upstreams.retain).
+func (g *gatewayUpstreams) retainTransports(u *upstreams) {
+	g.cur.swapped = func(t *httproutes.Table) {
+		rules := t.Rules()
+		keep := make([]time.Duration, len(rules))
+		for i, r := range rules {
+			keep[i] = time.Duration(r.BackendTimeoutMs) * time.Millisecond
+		}
+		u.retain(keep)
+	}
+}
+
 func (g *gatewayUpstreams) get(h *Handler, table *httproutes.Table, rule *httproutes.Rule) *upstream {
 	return g.cur.get(table, rule, func() *upstream { return h.buildGatewayUpstream(rule) })
 }

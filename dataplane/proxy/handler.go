@@ -97,13 +97,15 @@ func New(opts Options) *Handler {
 	log := ratelog.New(opts.Logger, logInterval)
 	f := opts.Metrics.IdentityFailures
 	tenantHeader := http.CanonicalHeaderKey(cmp.Or(opts.TenantHeader, DefaultTenantHeader))
-	return &Handler{
+	h := &Handler{
 		opts: opts, upstreams: newUpstreams(opts.Metrics, log, opts.UpstreamTimeout, tenantHeader), log: log,
 		tenantHeader:    tenantHeader,
 		gwUpstreams:     &gatewayUpstreams{},
 		failuresMissing: f.WithLabelValues(metrics.IdentityMissing), failuresInvalid: f.WithLabelValues(metrics.IdentityInvalid),
 		failuresUnknown: f.WithLabelValues(metrics.IdentityUnknown), failuresLimited: f.WithLabelValues(metrics.IdentityLimited),
 	}
+	h.gwUpstreams.retainTransports(h.upstreams)
+	return h
 }
 
 // ServeHTTP serves one request.

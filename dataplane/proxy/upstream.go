@@ -43,7 +43,9 @@ func (u *upstream) count(result metrics.Result, src limiter.Source) {
 
 // upstreams builds and caches the upstream of every route of the current
 // table. Transports are shared across reloads (keyed by response-header
-// timeout) so a route reload keeps the connection pools.
+// timeout) so a route reload keeps the connection pools; a new table drops
+// those of timeouts it no longer has (retain), so route churn cannot grow
+// them without bound.
 type upstreams struct {
 	metrics *metrics.Gateway
 	log     *ratelog.Logger
@@ -63,6 +65,9 @@ type upstreams struct {
 // route table both use it.
 type perTable[T, K comparable] struct {
 	cur atomic.Pointer[tableSet[T]]
+	// swapped, if set, sees each table that takes the place of another,
+	// once, on the request path of its first request.
+	swapped func(T)
 }
 
 type tableSet[T comparable] struct {
@@ -77,6 +82,9 @@ func (c *perTable[T, K]) get(table T, key K, build func() *upstream) *upstream {
 		next := &tableSet[T]{table: table}
 		if c.cur.CompareAndSwap(s, next) {
 			s = next
+			if c.swapped != nil {
+				c.swapped(table)
+			}
 			break
 		}
 		s = c.cur.Load()
@@ -89,7 +97,16 @@ func (c *perTable[T, K]) get(table T, key K, build func() *upstream) *upstream {
 }
 
 func newUpstreams(m *metrics.Gateway, log *ratelog.Logger, timeout time.Duration, tenantHeader string) *upstreams {
-	return &upstreams{metrics: m, log: log, timeout: timeout, tenantHeader: tenantHeader, transports: map[time.Duration]*http.Transport{}}
+	u := &upstreams{metrics: m, log: log, timeout: timeout, tenantHeader: tenantHeader, transports: map[time.Duration]*http.Transport{}}
+	u.cur.swapped = func(t *routes.Table) {
+		rs := t.Routes()
+		keep := make([]time.Duration, len(rs))
+		for i := range rs {
+			keep[i] = rs[i].Timeout
+		}
+		u.retain(keep)
+	}
+	return u
 }
 
 // get returns the upstream of route, a route of table.
@@ -232,6 +249,29 @@ func (u *upstreams) transport(timeout time.Duration) *http.Transport {
 	t := NewTransport(timeout)
 	u.transports[timeout] = t
 	return t
+}
+
+// retain keeps the transports of the timeouts in keep (0: the default),
+// the current table's, and the default's; it drops the others and closes
+// their idle connections. A proxy of an older table that still holds a
+// dropped transport (a request in flight) keeps using it; the connections
+// it returns idle close after the transport's IdleConnTimeout.
+func (u *upstreams) retain(keep []time.Duration) {
+	want := map[time.Duration]bool{u.timeout: true}
+	for _, d := range keep {
+		if d == 0 {
+			d = u.timeout
+		}
+		want[d] = true
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for d, t := range u.transports {
+		if !want[d] {
+			t.CloseIdleConnections()
+			delete(u.transports, d)
+		}
+	}
 }
 
 // NewTransport is the gateway's transport to upstreams, with a response
