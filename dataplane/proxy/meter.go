@@ -11,6 +11,13 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
+// headerAcceptEncoding and identityEncoding ask an upstream for an
+// uncompressed body.
+var (
+	headerAcceptEncoding = http.CanonicalHeaderKey("Accept-Encoding")
+	identityEncoding     = []string{"identity"}
+)
+
 // meterKey is the request context key of a forwarded request's *meter.
 type meterKey struct{}
 
@@ -45,11 +52,13 @@ func newMeter(rule *snapshot.Rule) *meter {
 }
 
 // attach makes r carry m to modifyResponse. For a body field, it asks the
-// upstream for an uncompressed body (a compressed one cannot be scanned):
-// the transport then takes a compressed answer and decompresses it itself.
+// upstream for an uncompressed body, Accept-Encoding: identity, whatever
+// the client accepts (a compressed body cannot be scanned; no header would
+// allow any coding). An upstream that compresses all the same is passed on
+// as it is, and the rule's default is charged.
 func (m *meter) attach(r *http.Request) *http.Request {
 	if m.rc.JSONField != "" {
-		r.Header.Del("Accept-Encoding")
+		r.Header[headerAcceptEncoding] = identityEncoding
 	}
 	return r.WithContext(context.WithValue(r.Context(), meterKey{}, m))
 }

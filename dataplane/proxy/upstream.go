@@ -275,7 +275,11 @@ func (u *upstreams) retain(keep []time.Duration) {
 }
 
 // NewTransport is the gateway's transport to upstreams, with a response
-// header timeout (the benchmark's bare reverse proxy uses it too).
+// header timeout (the benchmark's bare reverse proxy uses it too). It does
+// not ask for gzip on its own (DisableCompression): an upstream receives the
+// client's Accept-Encoding, or none, and its answer reaches the client as
+// it was sent. (Go's default adds Accept-Encoding: gzip to a request
+// without one and decompresses the answer, dropping its Content-Encoding.)
 func NewTransport(responseHeaderTimeout time.Duration) *http.Transport {
 	return &http.Transport{
 		Proxy:                 nil, // the gateway talks to upstreams directly
@@ -287,6 +291,7 @@ func NewTransport(responseHeaderTimeout time.Duration) *http.Transport {
 		ExpectContinueTimeout: time.Second,
 		ResponseHeaderTimeout: responseHeaderTimeout,
 		ForceAttemptHTTP2:     true,
+		DisableCompression:    true,
 	}
 }
 
