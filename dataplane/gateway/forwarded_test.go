@@ -72,11 +72,7 @@ func TestUpstreamGetsTenantNotKey(t *testing.T) {
 	srv := redistest.Start(t)
 	up := newHeaderUpstream(t)
 	e := newEnv(t, up.URL, rule("r", "*", "*", 100, slow))
-	keys := e.dir + "/keys.yaml"
-	writeAtomic(t, keys, "keys:\n  - tenant: shop-a\n    key: key-of-shop-a\n")
-	o := e.defaultIdentity(srv.Addr())
-	o.APIKeysFile = keys
-	gw := start(t, o, testLogger(t))
+	gw := start(t, keyedOptions(t, e, srv.Addr(), "key-of-shop-a"), testLogger(t))
 
 	for _, tc := range []struct {
 		name    string

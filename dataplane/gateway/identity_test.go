@@ -44,11 +44,7 @@ func TestDefaultsRefuseUnmappedKeys(t *testing.T) {
 		}
 	}
 
-	keys := e.dir + "/keys.yaml"
-	writeAtomic(t, keys, "keys:\n  - tenant: shop-a\n    key: sk-shop-a-0123456789\n")
-	o := e.defaultIdentity(srv.Addr())
-	o.APIKeysFile = keys
-	running := start(t, o, testLogger(t))
+	running := start(t, keyedOptions(t, e, srv.Addr(), "sk-shop-a-0123456789"), testLogger(t))
 	for _, key := range []string{"shop-a", "anything-new"} {
 		if res, body := send(t, "POST", running.url+"/orders", key); res.StatusCode != 401 {
 			t.Fatalf("X-Api-Key %s: %d %s, want 401", key, res.StatusCode, body)
