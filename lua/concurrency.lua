@@ -32,6 +32,21 @@
 -- drift. Redis 7 replicates scripts by their effects, so reading TIME is
 -- safe. The key itself expires one lease after its last write, so a set
 -- whose gateways all died leaves nothing behind.
+--
+-- Redis reads a Lua number in a command's arguments as its text with 17
+-- significant digits (1e17 and above in exponent notation, which PEXPIRE
+-- refuses): an expiry goes through ms(), a whole number of milliseconds in
+-- integer notation, at most MAX_TTL_MS (a lease is at most an hour; the
+-- bound only keeps a bad argument from failing the script). Scores (ZADD,
+-- ZREMRANGEBYSCORE) are read as doubles, exponents included.
+
+local MAX_TTL_MS = 6307200000000
+
+-- ms is an expiry of n milliseconds as PEXPIRE reads it: whole, at least
+-- 1, at most MAX_TTL_MS, in integer notation.
+local function ms(n)
+  return string.format('%d', math.max(1, math.min(MAX_TTL_MS, math.ceil(n))))
+end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -57,7 +72,7 @@ if op == 'acquire' then
   redis.call('ZADD', key, now + lease, member)
   -- Every lease in the set ends by now + lease: the set may expire then.
   if redis.call('PTTL', key) < lease then
-    redis.call('PEXPIRE', key, lease)
+    redis.call('PEXPIRE', key, ms(lease))
   end
   return {1, held, now}
 end
@@ -72,7 +87,7 @@ if op == 'renew' then
     end
   end
   if renewed > 0 and redis.call('PTTL', key) < lease then
-    redis.call('PEXPIRE', key, lease)
+    redis.call('PEXPIRE', key, ms(lease))
   end
   return {renewed, now}
 end

@@ -108,6 +108,26 @@
 -- expiry the same way: after a rule changes to a slower refill, a bucket
 -- that only sees rejections must not expire on the old rule's time and come
 -- back full.
+--
+-- Numbers handed to Redis: Redis reads a Lua number in a command's
+-- arguments as its text with 17 significant digits, so 1e17 and above come
+-- as "1.728e+17", which PEXPIRE refuses (the call, and the script, would
+-- fail on every call of the bucket). Every expiry is therefore a whole
+-- number of milliseconds written with '%d' (ms()), at most MAX_TTL_MS: 200
+-- years, twice the longest refill a valid rule has (the RateLimitRule
+-- schema allows 100 years from empty, or from -maxDebt, to full), so a
+-- valid rule's key is never cut short, and every expiry is a Duration in
+-- Go. The other numbers handed to Redis stay far below 1e17: a bucket's
+-- tokens and Redis's time (the 0.1 form, stored as text), and a quota's
+-- counts (INCRBYFLOAT, which reads exponents too).
+
+local MAX_TTL_MS = 6307200000000
+
+-- ms is an expiry of n milliseconds as PEXPIRE reads it: whole, at least
+-- 1, at most MAX_TTL_MS, in integer notation.
+local function ms(n)
+  return string.format('%d', math.max(1, math.min(MAX_TTL_MS, math.ceil(n))))
+end
 
 local capacity = tonumber(ARGV[1])
 local per_ms = tonumber(ARGV[2]) / tonumber(ARGV[3])
@@ -142,7 +162,7 @@ if qlimit then
     end
     if okey and qnow < oend then
       redis.call('INCRBYFLOAT', okey, owed)
-      redis.call('PEXPIRE', okey, oend - qnow + 60000)
+      redis.call('PEXPIRE', okey, ms(oend - qnow + 60000))
     end
   end
   if qnow >= a1 then
@@ -157,7 +177,7 @@ end
 local function qcharge(n)
   if n > 0 then
     redis.call('INCRBYFLOAT', qkey, n)
-    redis.call('PEXPIRE', qkey, math.max(1, qend - qnow) + 60000)
+    redis.call('PEXPIRE', qkey, ms(math.max(1, qend - qnow) + 60000))
   elseif n < 0 and qleft < qlimit then
     redis.call('INCRBYFLOAT', qkey, math.max(n, qleft - qlimit))
   end
@@ -226,12 +246,12 @@ tokens = math.min(capacity, tokens + elapsed * per_ms)
 -- A bucket may owe up to floor tokens: its refill to full then takes
 -- (capacity + floor) / rate, and the key must outlive it, or the debt
 -- would be forgiven when it expires.
-local ttl = math.max(1000, 2 * math.ceil((capacity + math.max(0, debt_floor or 0)) / per_ms))
+local ttl = math.min(MAX_TTL_MS, math.max(1000, 2 * math.ceil((capacity + math.max(0, debt_floor or 0)) / per_ms)))
 
 -- extend makes key live at least ttl more milliseconds.
 local function extend(key)
   if redis.call('PTTL', key) < ttl then
-    redis.call('PEXPIRE', key, ttl)
+    redis.call('PEXPIRE', key, ms(ttl))
   end
 end
 

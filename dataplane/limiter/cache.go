@@ -349,7 +349,7 @@ func (e *cacheEntry) refuse(r *TakeResult, now time.Time) {
 	if r.Quota.Short {
 		horizon = max(horizon, r.Quota.ResetMs)
 	}
-	if until := now.Add(time.Duration(horizon) * time.Millisecond); until.After(e.refuseUntil) {
+	if until := now.Add(msDuration(float64(horizon))); until.After(e.refuseUntil) {
 		e.refuseUntil = until
 	}
 }

@@ -221,14 +221,14 @@ func (r TakeResult) outcome(cost int64) Outcome {
 	d := Outcome{
 		Allowed:    r.Granted >= cost,
 		Remaining:  r.Remaining,
-		ResetAfter: time.Duration(r.ResetMs) * time.Millisecond,
+		ResetAfter: msDuration(float64(r.ResetMs)),
 		Source:     SourceRedis,
 	}
 	if !d.Allowed {
-		d.RetryAfter = time.Duration(r.WaitMs) * time.Millisecond
+		d.RetryAfter = msDuration(float64(r.WaitMs))
 	}
 	if q := r.Quota; q.Set {
-		d.Quota = QuotaOutcome{Set: true, Remaining: q.Remaining, ResetAfter: time.Duration(q.ResetMs) * time.Millisecond, Refused: !d.Allowed && q.Short}
+		d.Quota = QuotaOutcome{Set: true, Remaining: q.Remaining, ResetAfter: msDuration(float64(q.ResetMs)), Refused: !d.Allowed && q.Short}
 	}
 	return d
 }

@@ -216,10 +216,19 @@ func (l *Local) Decide(b Bucket, cost int64) Outcome {
 	return d
 }
 
-// msDuration rounds a number of milliseconds up to a Duration.
+// msDuration rounds a number of milliseconds up to a Duration: the longest
+// Duration (292 years) when it holds no more. Valid rules refill within 100
+// years, but a bucket a tool builds is not checked, and a wait must not
+// wrap around to a negative or short one.
 func msDuration(ms float64) time.Duration {
-	return time.Duration(math.Ceil(ms)) * time.Millisecond
+	if ms = math.Ceil(ms); ms >= maxDurationMs {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
 }
+
+// maxDurationMs is the first number of milliseconds a Duration cannot hold.
+const maxDurationMs = float64(math.MaxInt64/int64(time.Millisecond) + 1)
 
 func (bk *localBucket) refill(now time.Time) {
 	if elapsed := now.Sub(bk.last); elapsed > 0 {

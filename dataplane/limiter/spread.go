@@ -3,8 +3,6 @@ package limiter
 import (
 	"context"
 	"errors"
-	"math"
-	"time"
 )
 
 // Spreader serves one request from several shards of a bucket: a cost
@@ -88,7 +86,7 @@ func spreadRejected(sq *spreadQuota, cost, need int64, whole, perMs float64) Out
 	missing := float64(need) / spreadUnit
 	d := Outcome{
 		Remaining:  int64(float64(cost) - missing),
-		RetryAfter: time.Duration(math.Ceil(missing/perMs)) * time.Millisecond,
+		RetryAfter: msDuration(missing / perMs),
 		ResetAfter: msDuration((whole - float64(cost) + missing) / perMs),
 		Source:     SourceRedis,
 	}
@@ -129,7 +127,7 @@ func (s *spreadQuota) outcome(n, asked int64, refused bool) QuotaOutcome {
 	if !s.set {
 		return QuotaOutcome{}
 	}
-	return QuotaOutcome{Set: true, Remaining: s.remaining * n / asked, ResetAfter: time.Duration(s.resetMs) * time.Millisecond, Refused: refused}
+	return QuotaOutcome{Set: true, Remaining: s.remaining * n / asked, ResetAfter: msDuration(float64(s.resetMs)), Refused: refused}
 }
 
 // part is what a spread request took from one shard, in units.
