@@ -6,7 +6,8 @@
 // releases a slot when its request ends; the slots of a gateway that dies
 // expire at most one lease after its last renewal.
 //
-// When Redis cannot answer, the rule's failure mode decides: LocalFallback
+// When Redis cannot answer (or the script fails on the key: a value of
+// another type there), the rule's failure mode decides: LocalFallback
 // caps each gateway at max(1, limit/N) requests in flight (N live
 // replicas), FailOpen admits, FailClosed rejects.
 package concurrency
@@ -65,6 +66,10 @@ type Options struct {
 	// OnRenew observes each renewal pipeline: the keys renewed and the
 	// error, if any (for logs).
 	OnRenew func(keys int, err error)
+	// ScriptError observes an acquire of the slot set key that failed in
+	// the script (limiter.IsScriptError: a key of another type...): Redis
+	// answered, and the acquire followed the failure mode. Optional.
+	ScriptError func(key string, err error)
 }
 
 // Limit is what one request asks for.
@@ -190,6 +195,9 @@ func (s *Slots) Acquire(ctx context.Context, l Limit) (*Slot, Outcome) {
 	}
 	if err != nil {
 		s.untrack(l.Key, member)
+		if limiter.IsScriptError(err) && s.opts.ScriptError != nil {
+			s.opts.ScriptError(l.Key, err)
+		}
 		if !limiter.RedisGone(err) {
 			// The call may have taken the slot before failing: give it
 			// back, else it stays taken until its lease ends. (A refused
@@ -215,7 +223,9 @@ func (s *Slots) failed(l Limit, err error) (*Slot, Outcome) {
 	case snapshot.FailClosed:
 		return nil, Outcome{Limit: l.Max, Source: limiter.SourceFailClosed}
 	}
-	if s.opts.Down() || limiter.RedisGone(err) {
+	if s.opts.Down() || limiter.RedisGone(err) || limiter.IsScriptError(err) {
+		// Redis cannot decide: down, gone, or the script fails on this
+		// key on every gateway (it holds no slot any gateway could count).
 		return s.acquireLocal(l)
 	}
 	// Redis is not known to be down and the call may have taken a slot:

@@ -325,3 +325,39 @@ func TestSlowReplyKeepsDeadlines(t *testing.T) {
 	}
 	slot.Release()
 }
+
+// TestScriptErrorFollowsTheFailureMode: the slot set's key holds a value of
+// another type (WRONGTYPE in the script, on every call), while Redis is
+// healthy. A LocalFallback rule's requests then take the local share, as
+// when Redis cannot answer, instead of 429 on every request; every failed
+// call is reported.
+func TestScriptErrorFollowsTheFailureMode(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	var reported atomic.Int64
+	s := New(Options{Client: c, GatewayID: "gw", Replicas: func() int { return 3 }, Timeout: 5 * time.Second,
+		ScriptError: func(key string, err error) {
+			if key != Key("shop", "orders") || !limiter.IsScriptError(err) {
+				t.Errorf("reported %s: %v", key, err)
+			}
+			reported.Add(1)
+		}})
+	l := limit(Key("shop", "orders"), 7, time.Second) // 7/3: 2 per gateway
+	if err := c.Set(ctx, l.Key, "not a sorted set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a, out := s.Acquire(ctx, l)
+	_, out2 := s.Acquire(ctx, l)
+	_, out3 := s.Acquire(ctx, l)
+	if !out.Allowed || !out2.Allowed || out3.Allowed || out3.Limit != 2 || out3.Source != limiter.SourceLocal {
+		t.Fatalf("script error, LocalFallback: %+v %+v %+v, want 2 admitted of a local limit of 2", out, out2, out3)
+	}
+	a.Release()
+	if _, out := s.Acquire(ctx, l); !out.Allowed || out.Source != limiter.SourceLocal {
+		t.Fatalf("after a release: %+v, want admitted locally", out)
+	}
+	if n := reported.Load(); n != 4 {
+		t.Errorf("%d script errors reported, want one per acquire, 4", n)
+	}
+}

@@ -154,6 +154,8 @@ func (g *Gateway) buildChain() error {
 		opts.PipelinesViaGoRedis = !g.opts.OwnConnections
 		opts.FailuresToOpen, opts.OpenFor = g.opts.BreakerFailure, g.opts.BreakerOpenFor
 		opts.ObserveRedis = g.metrics.ObserveRedis
+		scriptError := g.scriptErrors(metrics.ScriptTokenBucket)
+		opts.ScriptError = func(b limiter.Bucket, err error) { scriptError(b.Key, err) }
 		opts.OnStateChange = func(from, to string) {
 			g.metrics.SetBreaker(from, to)
 			switch {
@@ -176,6 +178,20 @@ func (g *Gateway) buildChain() error {
 	return nil
 }
 
+// scriptErrors counts the Redis calls script (a metrics.Script* name)
+// failed on, and logs them, at most one line per 10 seconds: the bucket
+// named key (a field of rl:{tenant}, the tenant's slots...) is broken until
+// its cause is fixed, and its requests follow their rule's failure mode.
+func (g *Gateway) scriptErrors(script string) func(key string, err error) {
+	count := g.metrics.RedisScriptErrors.WithLabelValues(script)
+	log := ratelog.New(g.log.WithName("limiter"), 10*time.Second)
+	return func(key string, err error) {
+		count.Inc()
+		log.Error(err, "a Redis script failed on a bucket: its requests follow their rule's failureMode until the cause is fixed; the circuit breaker stays closed (tollgate explain shows the keys)",
+			"script", script, "bucket", key)
+	}
+}
+
 // buildSlots builds the concurrency slots (spec.concurrency) on the
 // limiter's Redis client, or local ones with --limiter=local.
 func (g *Gateway) buildSlots() {
@@ -189,6 +205,7 @@ func (g *Gateway) buildSlots() {
 	}
 	if g.redis != nil {
 		opts.Client = g.redis
+		opts.ScriptError = g.scriptErrors(metrics.ScriptConcurrency)
 		log := ratelog.New(g.log.WithName("concurrency"), 10*time.Second)
 		opts.OnRenew = func(keys int, err error) {
 			if err != nil {

@@ -23,10 +23,12 @@ import (
 //     gone) open it after FailuresToOpen failures at once. A failed call is
 //     one Redis did not answer: silent after it was written, and silent to
 //     the Batcher's PING too (ErrRedisSilent), a connection error (refused,
-//     reset) or an error reply. A call given up while still queued in a busy
-//     gateway, one unanswered within MaxWait while Redis was not silent (a
-//     busy machine, a slow Redis), or one whose client went away is not a
-//     failure of Redis and does not count.
+//     reset) or an error reply about the node (OOM, READONLY, LOADING...).
+//     A call given up while still queued in a busy gateway, one unanswered
+//     within MaxWait while Redis was not silent (a busy machine, a slow
+//     Redis), one whose client went away, or one the script failed on
+//     (IsScriptError: Redis answered, and the same call fails the same way
+//     on a healthy node) is not a failure of Redis and does not count.
 //   - While it is not closed, Take fails at once with ErrOpen: no request
 //     waits for Redis. Requests never probe.
 //   - probe (run by Breakers.Run every OpenFor/2) checks Redis itself (PING,
@@ -80,8 +82,12 @@ type BreakerOptions struct {
 	// "open", "half-open"). Optional.
 	OnStateChange func(from, to string)
 	// ObserveRedis is called after every call to Redis with its duration
-	// and error. Optional; must be cheap.
+	// and its error as a failure of Redis: nil for a script error (Redis
+	// answered; ScriptError reports it). Optional; must be cheap.
 	ObserveRedis func(time.Duration, error)
+	// ScriptError is called after a call for bucket b failed with a script
+	// error (IsScriptError). Optional; must be cheap.
+	ScriptError func(b Bucket, err error)
 	// Sending is called before a call for bucket b goes to Redis, and
 	// Unanswered after one failed, before the failure is counted (it may
 	// open the breaker). Optional; must be cheap. The Chain keeps its
@@ -169,9 +175,7 @@ func (br *Breaker) call(ctx context.Context, b Bucket, f func(context.Context) (
 	}
 	start := time.Now()
 	r, err := f(ctx)
-	if br.opts.ObserveRedis != nil {
-		br.opts.ObserveRedis(time.Since(start), err)
-	}
+	br.observe(b, time.Since(start), err)
 	if err != nil && br.opts.Unanswered != nil {
 		// Before the failure is counted: once it opens the breaker, other
 		// requests for b decide locally at once, and must find b's local
@@ -182,6 +186,21 @@ func (br *Breaker) call(ctx context.Context, b Bucket, f func(context.Context) (
 	return r, err
 }
 
+// observe reports a call for b that took d and ended with err to
+// ObserveRedis and, for a script error, to ScriptError.
+func (br *Breaker) observe(b Bucket, d time.Duration, err error) {
+	script := IsScriptError(err)
+	if script && br.opts.ScriptError != nil {
+		br.opts.ScriptError(b, err)
+	}
+	if br.opts.ObserveRedis != nil {
+		if script {
+			err = nil
+		}
+		br.opts.ObserveRedis(d, err)
+	}
+}
+
 // classify says whether err is Redis's failure; it records those for logs.
 func (br *Breaker) classify(ctx context.Context, err error) error {
 	switch {
@@ -190,6 +209,10 @@ func (br *Breaker) classify(ctx context.Context, err error) error {
 		return nil
 	case errors.Is(err, ErrNotSent), errors.Is(err, ErrClosed), errors.Is(ctx.Err(), context.Canceled):
 		// Queued in a busy gateway, shutting down, or the client went away.
+		return errNotRedis
+	case IsScriptError(err):
+		// Redis answered: the script fails on this bucket (see
+		// IsScriptError), on a healthy node.
 		return errNotRedis
 	case errors.Is(err, ErrRedisSilent):
 		// Counted below.

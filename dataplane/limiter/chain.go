@@ -28,14 +28,17 @@ import (
 //
 // A failed call is not a license to admit on top of what Redis grants:
 //
-//   - breaker open (Redis known down), or Redis is gone (the connection was
-//     refused or closed by the server):
+//   - breaker open (Redis known down), Redis is gone (the connection was
+//     refused or closed by the server), or the script fails on this bucket
+//     (IsScriptError: the same call fails the same way on every replica,
+//     so Redis decides nothing for it):
 //     the local bucket decides; it continues from Redis's last answer for
 //     the bucket, starts empty (refilling at rate/N) for a bucket whose
 //     last call went unanswered or is still out (whatever Redis said
 //     before: the other replicas may still be draining it), and starts at
 //     capacity/N only for a bucket this gateway never sent to Redis (or
-//     whose calls Redis refused: they took nothing);
+//     whose calls Redis refused, or the script failed on: they admitted
+//     nothing);
 //   - breaker closed (this one call failed or was too late, while Redis is
 //     not known to be down; it may still take its token there): the request
 //     is rejected with Retry-After: 1s. A stalled Redis or a starved
@@ -93,9 +96,10 @@ type ChainOptions struct {
 	FailClosedRetryAfter time.Duration
 	// Layout is how buckets are stored in Redis (--redis-layout).
 	Layout Layout
-	// OnStateChange and ObserveRedis: see BreakerOptions.
+	// OnStateChange, ObserveRedis and ScriptError: see BreakerOptions.
 	OnStateChange func(from, to string)
 	ObserveRedis  func(time.Duration, error)
+	ScriptError   func(b Bucket, err error)
 }
 
 // NewChain assembles the chain from opts. Close releases it (not the Redis
@@ -133,7 +137,7 @@ func NewChain(opts ChainOptions) *Chain {
 	c.breaker = NewBreakers(c.batcher, opts.Client, c.batcher, BreakerOptions{
 		FailuresToOpen: opts.FailuresToOpen, MinFailingFor: max(25*time.Millisecond, opts.Timeout), OpenFor: opts.OpenFor,
 		ProbeTimeout:  ping,
-		OnStateChange: opts.OnStateChange, ObserveRedis: opts.ObserveRedis,
+		OnStateChange: opts.OnStateChange, ObserveRedis: opts.ObserveRedis, ScriptError: opts.ScriptError,
 		Sending: c.local.Sending, Unanswered: c.unanswered,
 	})
 	// A late reply does not update the local mirror: the bucket stays
@@ -157,13 +161,7 @@ func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Outcome, error
 		c.local.ReturnOwed(b, b.Quota.Owed, b.Quota.OwedStart)
 	}
 	if err != nil {
-		down := errors.Is(err, ErrOpen) || redisGone(err)
-		if !down {
-			// The bucket is in use and its state unknown: should Redis be
-			// found down, its local bucket starts empty, not full.
-			c.local.Unsure(b)
-		}
-		return c.fallback(b, cost, down), nil
+		return c.failed(b, cost, err), nil
 	}
 	if !r.Cached {
 		c.local.Observe(b, r.Remaining)
@@ -172,27 +170,41 @@ func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Outcome, error
 	return r.outcome(cost), nil
 }
 
+// failed decides a request of cost on b whose call to Redis failed with
+// err, by the bucket's failure mode.
+func (c *Chain) failed(b Bucket, cost int64, err error) Outcome {
+	local := errors.Is(err, ErrOpen) || redisGone(err) || IsScriptError(err)
+	if !local {
+		// The bucket is in use and its state unknown: should Redis be
+		// found down, its local bucket starts empty, not full.
+		c.local.Unsure(b)
+	}
+	return c.fallback(b, cost, local)
+}
+
 // unanswered keeps the local bucket of b after its call to Redis failed:
 // empty when the call may have taken tokens (Unsure), as if never sent
-// when Redis refused or closed the connection.
+// when Redis refused or closed the connection or the script failed (no
+// replica's call admits anything in Redis then).
 func (c *Chain) unanswered(b Bucket, err error) {
-	if redisGone(err) {
+	if redisGone(err) || IsScriptError(err) {
 		c.local.NotSent(b)
 		return
 	}
 	c.local.Unsure(b)
 }
 
-// fallback decides by the bucket's failure mode; down says the breaker is
-// open.
-func (c *Chain) fallback(b Bucket, cost int64, down bool) Outcome {
+// fallback decides by the bucket's failure mode; local says Redis cannot
+// decide for b (its breaker is open, Redis is gone, or the script fails on
+// b), so a LocalFallback rule's local bucket does.
+func (c *Chain) fallback(b Bucket, cost int64, local bool) Outcome {
 	switch b.FailureMode {
 	case snapshot.FailOpen:
 		return Outcome{Allowed: true, Remaining: int64(b.Capacity), Source: SourceFailOpen}
 	case snapshot.FailClosed:
 		return Outcome{RetryAfter: c.opts.FailClosedRetryAfter, Source: SourceFailClosed}
 	}
-	if down {
+	if local {
 		return c.local.Decide(b, cost)
 	}
 	return Outcome{RetryAfter: time.Second, Source: SourceLocal}

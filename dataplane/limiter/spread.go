@@ -54,11 +54,7 @@ func (c *Chain) AllowSpread(ctx context.Context, shards []Bucket, cost int64) (O
 		r, err := c.breaker.Take(ctx, b, 1, need)
 		if err != nil {
 			c.giveBack(took)
-			down := errors.Is(err, ErrOpen) || redisGone(err)
-			if !down {
-				c.local.Unsure(b)
-			}
-			return c.fallback(first, cost, down), nil
+			return c.failed(first, cost, err), nil // first and b share their local bucket
 		}
 		c.local.Observe(b, r.Remaining)
 		c.local.ObserveQuota(b, r.Quota)

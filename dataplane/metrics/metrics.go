@@ -34,8 +34,12 @@ type Gateway struct {
 	Responses *prometheus.CounterVec
 	// RedisDuration observes every Redis decision call.
 	RedisDuration prometheus.Histogram
-	// RedisErrors counts failed Redis decision calls.
+	// RedisErrors counts failed Redis decision calls (not script errors).
 	RedisErrors prometheus.Counter
+	// RedisScriptErrors counts Redis calls that failed in a script, by
+	// script (ScriptTokenBucket, ScriptConcurrency): Redis answered, so
+	// they are not RedisErrors and never open the breaker.
+	RedisScriptErrors *prometheus.CounterVec
 	// RedisTimeout is the deadline of one Redis decision (--redis-timeout),
 	// 0 without Redis; alerts compare the latency with it.
 	RedisTimeout prometheus.Gauge
@@ -90,6 +94,12 @@ const (
 	CostError    = "error"    // the upstream failed or the body broke off: onError
 )
 
+// Scripts of Gateway.RedisScriptErrors.
+const (
+	ScriptTokenBucket = "token_bucket" // lua/token_bucket.lua
+	ScriptConcurrency = "concurrency"  // lua/concurrency.lua
+)
+
 // Reasons of Gateway.IdentityFailures.
 const (
 	IdentityMissing = "missing" // no X-Api-Key (401)
@@ -125,8 +135,12 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 		}),
 		RedisErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_gateway_redis_errors_total",
-			Help: "Redis decision calls that failed or timed out.",
+			Help: "Redis decision calls that failed or timed out (script errors are counted in tollgate_gateway_redis_script_errors_total).",
 		}),
+		RedisScriptErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_gateway_redis_script_errors_total",
+			Help: "Redis calls that failed in a script (token_bucket, concurrency), for one bucket: a key of another type, an argument Redis refused. Redis answered: they do not open the circuit breaker, and the request follows its rule's failure mode.",
+		}, []string{"script"}),
 		RedisTimeout: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_gateway_redis_timeout_seconds",
 			Help: "Deadline of one Redis decision call (--redis-timeout); 0 with --limiter=local.",
@@ -197,7 +211,7 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 			Help: "Rate limit service decisions under rules with spec.concurrency, which Envoy's protocol cannot enforce (no end-of-request signal): only the token bucket decided.",
 		}),
 	}
-	reg.MustRegister(m.Decisions, m.Responses, m.RedisDuration, m.RedisErrors, m.RedisTimeout, m.Breaker, m.Replicas, m.ReplicasCounted,
+	reg.MustRegister(m.Decisions, m.Responses, m.RedisDuration, m.RedisErrors, m.RedisScriptErrors, m.RedisTimeout, m.Breaker, m.Replicas, m.ReplicasCounted,
 		m.SnapshotVersion, m.SnapshotFormat, m.BuildInfo, m.SnapshotLoaded, m.Rules, m.ReloadErrors, m.UpstreamDuration, m.IdentityFailures,
 		m.ConcurrencyInFlight, m.ConcurrencyRejections, m.ConcurrencyUnenforced,
 		m.ResponseCharges, m.ResponseCostTokens,
@@ -206,6 +220,9 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 		m.Breaker.WithLabelValues(s).Set(0)
 	}
 	m.Breaker.WithLabelValues("closed").Set(1)
+	for _, s := range []string{ScriptTokenBucket, ScriptConcurrency} {
+		m.RedisScriptErrors.WithLabelValues(s) // 0 until the first error
+	}
 	v := version.Get()
 	m.BuildInfo.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)
 	return m
