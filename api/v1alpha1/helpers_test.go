@@ -1,10 +1,15 @@
 package v1alpha1
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
 )
 
 // schemaPattern is the pattern in the CRD; ValidSelector must agree with it.
@@ -52,5 +57,49 @@ func TestFormatRate(t *testing.T) {
 		if got := FormatRate(c.tokens, c.period); got != c.want {
 			t.Errorf("FormatRate(%d, %v) = %q, want %q", c.tokens, c.period, got, c.want)
 		}
+	}
+}
+
+// TestRefillBoundInTheSchema: the schema's rule on the refill time holds
+// MaxRefillSeconds and MessageRefillTooSlow, which rule files are checked
+// with.
+func TestRefillBoundInTheSchema(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "crd", "bases", "ratelimit.tollgate.dev_ratelimitrules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd struct {
+		Spec struct {
+			Versions []struct {
+				Schema struct {
+					OpenAPIV3Schema struct {
+						Properties map[string]struct {
+							Validations []struct {
+								Rule    string `json:"rule"`
+								Message string `json:"message"`
+							} `json:"x-kubernetes-validations"`
+						} `json:"properties"`
+					} `json:"openAPIV3Schema"`
+				} `json:"schema"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(data, &crd); err != nil || len(crd.Spec.Versions) != 1 {
+		t.Fatalf("the CRD: %v, %d versions", err, len(crd.Spec.Versions))
+	}
+	found := 0
+	for _, v := range crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Validations {
+		if v.Message == MessageRefillTooSlow {
+			found++
+			if !strings.HasSuffix(v.Rule, fmt.Sprintf("<= %d", MaxRefillSeconds)) {
+				t.Errorf("the rule of %q does not end with <= %d: %s", v.Message, MaxRefillSeconds, v.Rule)
+			}
+		}
+	}
+	if found != 1 {
+		t.Errorf("%d rules of spec with the message %q, want 1", found, MessageRefillTooSlow)
+	}
+	if !strings.Contains(MessageRefillTooSlow, fmt.Sprint(MaxRefillSeconds)) {
+		t.Errorf("the message does not name the bound %d", MaxRefillSeconds)
 	}
 }

@@ -84,6 +84,9 @@ func both(fs ...func(*unstructured.Unstructured)) func(*unstructured.Unstructure
 	}
 }
 
+// refillBound is the message of the refill time's bound.
+const refillBound = v1alpha1.MessageRefillTooSlow
+
 var slowRefill = both(unset("spec.refillPerSecond"), set("spec.refill", map[string]any{"tokens": int64(10), "period": "1m"}))
 
 var _ = Describe("RateLimitRule schema", func() {
@@ -206,6 +209,17 @@ var _ = Describe("RateLimitRule schema", func() {
 			"spec", "spec.cost.response cannot be combined with spec.hotKey.prefetch or spec.hotKey.shards"),
 		Entry("response cost with prefetch", both(set("spec.cost.response", map[string]any{"header": "X-Usage"}), set("spec.hotKey", map[string]any{"prefetch": "Auto"})),
 			"spec", "spec.cost.response cannot be combined with spec.hotKey.prefetch or spec.hotKey.shards"),
+		// Refill from empty (or from -maxDebt) to full: at most 100 years.
+		Entry("a billion tokens refilled one a day (issue 27)", both(set("spec.capacity", int64(1_000_000_000)), both(slowRefill,
+			set("spec.refill", map[string]any{"tokens": int64(1), "period": "24h"}))), "spec", refillBound),
+		Entry("a refill just over 100 years", both(set("spec.capacity", int64(1_000_000_000)), both(slowRefill,
+			set("spec.refill", map[string]any{"tokens": int64(9999), "period": "31536s"}))), "spec", refillBound),
+		Entry("a debt that takes over 100 years to refill", both(set("spec.capacity", int64(500_000_000)), both(both(slowRefill,
+			set("spec.refill", map[string]any{"tokens": int64(10000), "period": "31536s"})),
+			set("spec.cost.response", map[string]any{"header": "X-Usage", "maxDebt": int64(500_000_001)}))), "spec", refillBound),
+		Entry("a default debt (capacity) that takes over 100 years to refill", both(set("spec.capacity", int64(500_000_001)), both(both(slowRefill,
+			set("spec.refill", map[string]any{"tokens": int64(10000), "period": "31536s"})),
+			set("spec.cost.response", map[string]any{"header": "X-Usage"}))), "spec", refillBound),
 	)
 
 	DescribeTable("accepts valid edge cases",
@@ -252,6 +266,13 @@ var _ = Describe("RateLimitRule schema", func() {
 			"response": map[string]any{"jsonField": "usage.total_tokens", "default": int64(100), "onError": int64(0), "max": int64(100000), "maxDebt": int64(0)}})),
 		Entry("response cost from a header, with a hotKey left Off", both(set("spec.cost.response", map[string]any{"header": "X-Usage-Tokens"}),
 			set("spec.hotKey", map[string]any{"prefetch": "Off"}))),
+		Entry("a refill of exactly 100 years", both(set("spec.capacity", int64(1_000_000_000)), both(slowRefill,
+			set("spec.refill", map[string]any{"tokens": int64(10000), "period": "31536s"})))),
+		Entry("capacity and debt refilled in exactly 100 years", both(set("spec.capacity", int64(500_000_000)), both(both(slowRefill,
+			set("spec.refill", map[string]any{"tokens": int64(10000), "period": "31536s"})),
+			set("spec.cost.response", map[string]any{"header": "X-Usage"})))),
+		Entry("the largest capacity and debt at one token a second", both(both(set("spec.capacity", int64(1_000_000_000)), set("spec.refillPerSecond", int64(1))),
+			set("spec.cost.response", map[string]any{"header": "X-Usage", "maxDebt": int64(1_000_000_000)}))),
 	)
 
 	It("defaults spec.concurrency.leaseSeconds to 10", func() {

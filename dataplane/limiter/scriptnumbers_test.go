@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 )
 
@@ -73,5 +74,28 @@ func TestHugeSlowBucketAnswers(t *testing.T) {
 	}
 	if ttl > scriptMaxTTL || ttl < scriptMaxTTL-time.Minute {
 		t.Fatalf("PTTL %v, want the script's longest expiry, %v", ttl, scriptMaxTTL)
+	}
+}
+
+// TestKeyTTLAtTheRefillBound: the slowest refill a valid rule may have
+// (v1alpha1.MaxRefillSeconds from empty to full) keeps its key's whole
+// expiry, twice the refill: the script's longest expiry is not shorter.
+func TestKeyTTLAtTheRefillBound(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	// 10⁹ tokens, 10,000 every 31,536 s: 100 years from empty to full.
+	b := Bucket{Key: Key("t", "bound"), Capacity: 1e9, RefillTokens: 10000, RefillPeriodMs: 31_536_000}
+	if res, err := NewRedis(c).Take(ctx, b, 1, 1); err != nil || res.Granted != 1 {
+		t.Fatalf("take: %+v %v", res, err)
+	}
+	hash, _ := Storage(b.Key)
+	ttl, err := c.PTTL(ctx, hash).Result()
+	want := 2 * v1alpha1.MaxRefillSeconds * time.Second
+	if err != nil || ttl > want || ttl < want-time.Minute {
+		t.Fatalf("PTTL %v %v, want twice the refill, %v", ttl, err, want)
+	}
+	if want != scriptMaxTTL {
+		t.Errorf("the script's longest expiry %v is not twice the longest refill of a valid rule, %v", scriptMaxTTL, want)
 	}
 }

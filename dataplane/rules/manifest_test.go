@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -28,6 +29,10 @@ func indent(s string) string {
 	}
 	return b.String()
 }
+
+// refillBound is the schema's message for a refill slower than 100 years:
+// a rule file gets the API server's.
+const refillBound = v1alpha1.MessageRefillTooSlow
 
 const spec1 = "tenant: shop-a\nroute: orders\ncapacity: 10\nrefillPerSecond: 5\n"
 
@@ -135,6 +140,15 @@ func TestParseInvalid(t *testing.T) {
 		{name: "v1 List item of another kind", content: "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}\n", want: []string{"items[0]", `kind "ConfigMap"`}},
 		{name: "v1 List item without kind", content: "apiVersion: v1\nkind: List\nitems:\n- {metadata: {name: x}}\n", want: []string{"items[0]", "apiVersion and kind missing"}},
 		{name: "bad list item names it", content: "apiVersion: ratelimit.tollgate.dev/v1alpha1\nkind: RateLimitRuleList\nitems:\n- {metadata: {name: a}, spec: {tenant: t, route: r, capacity: 1, refillPerSecond: 1}}\n- {metadata: {name: b}, spec: {tenant: t, route: r, capacity: 1, refillPerSecond: 1, burst: 3}}\n", want: []string{"items[1]", `unknown field "spec.burst"`}},
+		// The schema's bound on the refill time, with its message (issue 27).
+		{name: "a billion tokens refilled one a day", content: doc("a", "tenant: t\nroute: r\ncapacity: 1000000000\nrefill: {tokens: 1, period: 24h}"),
+			want: []string{"default/a", refillBound}},
+		{name: "refill just over 100 years", content: doc("a", "tenant: t\nroute: r\ncapacity: 1000000000\nrefill: {tokens: 9999, period: 31536s}"),
+			want: []string{"default/a", refillBound}},
+		{name: "a debt over 100 years", content: doc("a", "tenant: t\nroute: r\ncapacity: 500000000\nrefill: {tokens: 10000, period: 31536s}\ncost: {response: {header: X-Usage, maxDebt: 500000001}}"),
+			want: []string{"default/a", refillBound}},
+		{name: "a default debt over 100 years", content: doc("a", "tenant: t\nroute: r\ncapacity: 500000001\nrefill: {tokens: 10000, period: 31536s}\ncost: {response: {header: X-Usage}}"),
+			want: []string{"default/a", refillBound}},
 		{name: "every bad document is reported", content: doc("a", spec1+"x: 1") + "---\n" + doc("b", spec1+"w: 1"), want: []string{`"spec.x"`, `"spec.w"`, "document 2"}},
 	}
 	for _, tt := range tests {
@@ -187,6 +201,8 @@ func TestCompileValues(t *testing.T) {
 			want: snapshot.Rule{Tenant: "*", Route: "r", Capacity: 1, RefillTokens: 1, RefillPeriodMs: 1000, Shadow: true, FailureMode: snapshot.FailOpen}},
 		{name: "fail closed", spec: "tenant: t\nroute: r\ncapacity: 1\nrefillPerSecond: 1\nfailureMode: FailClosed",
 			want: snapshot.Rule{Tenant: "t", Route: "r", Capacity: 1, RefillTokens: 1, RefillPeriodMs: 1000, FailureMode: snapshot.FailClosed}},
+		{name: "a refill of exactly 100 years", spec: "tenant: t\nroute: r\ncapacity: 1000000000\nrefill: {tokens: 10000, period: 31536s}",
+			want: snapshot.Rule{Tenant: "t", Route: "r", Capacity: 1_000_000_000, RefillTokens: 10000, RefillPeriodMs: 31_536_000}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -90,6 +90,21 @@ func TestFromSpec(t *testing.T) {
 			s.Cost = &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{Header: "X-Usage"}}
 		}, Rule{}, "cannot be combined with prefetch or shards"},
 		{"unknown failure mode", func(s *v1alpha1.RateLimitRuleSpec) { s.FailureMode = "Maybe" }, Rule{}, "failureMode"},
+		// The schema's bound on the refill time (issue 27), for objects
+		// stored before it and rule files.
+		{"a billion tokens refilled one a day", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Capacity, s.RefillPerSecond, s.Refill = 1_000_000_000, nil, &v1alpha1.Refill{Tokens: 1, Period: metav1.Duration{Duration: 24 * time.Hour}}
+		}, Rule{}, v1alpha1.MessageRefillTooSlow + " (it takes 86400000000000)"},
+		{"a debt that takes over 100 years to refill", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Capacity, s.RefillPerSecond, s.Refill = 500_000_000, nil, &v1alpha1.Refill{Tokens: 10000, Period: metav1.Duration{Duration: 31536 * time.Second}}
+			s.Cost = &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{Header: "X-Usage", MaxDebt: ptr.To[int64](500_000_001)}}
+		}, Rule{}, v1alpha1.MessageRefillTooSlow},
+		{"exactly 100 years, with regions and shards", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Capacity, s.RefillPerSecond, s.Refill = 1_000_000_000, nil, &v1alpha1.Refill{Tokens: 10000, Period: metav1.Duration{Duration: 31536 * time.Second}}
+			s.HotKey = &v1alpha1.HotKey{Shards: 64}
+			s.Regions = []v1alpha1.RegionShare{{Name: "eu", Percent: 99}, {Name: "us", Percent: 1}}
+		}, Rule{Tenant: "shop-a", Route: "create-order", Capacity: 1_000_000_000, RefillTokens: 10000, RefillPeriodMs: 31_536_000, Source: "ns/r",
+			Shards: 64, Regions: []RegionShare{{"eu", 99}, {"us", 1}}}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -160,5 +175,40 @@ func TestInFlightLimit(t *testing.T) {
 	}
 	if got := (&Rule{MaxInFlight: 1}).Lease(); got != 10*time.Second {
 		t.Errorf("default lease %v, want 10s", got)
+	}
+}
+
+// TestRefillTimeOfEveryBucket: a rule at the bound on the refill time keeps
+// it in every bucket a gateway makes of it: a region's share and a shard
+// divide capacity and rate alike.
+func TestRefillTimeOfEveryBucket(t *testing.T) {
+	r := Rule{Tenant: "t", Route: "r", Capacity: 1_000_000_000, RefillTokens: 10000, RefillPeriodMs: 31_536_000,
+		Shards: 64, Regions: []RegionShare{{"eu", 99}, {"us", 1}}}
+	if got := r.FullRefillSeconds(); got != v1alpha1.MaxRefillSeconds {
+		t.Fatalf("FullRefillSeconds = %d, want %d", got, v1alpha1.MaxRefillSeconds)
+	}
+	for _, region := range []string{"", "eu", "us"} {
+		tokens, periodMs := r.RegionRefill(region)
+		// A shard: capacity / shards, period x shards (decision.Engine).
+		capacity := r.RegionCapacity(region) / float64(r.Shards)
+		periodMs *= int64(r.Shards)
+		if ms := capacity * float64(periodMs) / float64(tokens); ms > v1alpha1.MaxRefillSeconds*1000 {
+			t.Errorf("region %q: a shard refills in %.0f ms, over the bound", region, ms)
+		}
+	}
+}
+
+// TestDecodeKeepsASlowRule: a shard that an older controller published with
+// a rule over the refill bound still decodes (the scripts handle it); only
+// compiling refuses the rule.
+func TestDecodeKeepsASlowRule(t *testing.T) {
+	slow := Rule{Tenant: "a", Route: "x", Capacity: 1_000_000_000, RefillTokens: 1, RefillPeriodMs: 86_400_000}
+	cm, err := NewShard(0, 1, 3, []Rule{slow}).ConfigMap("ns", "tollgate-rules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := FromConfigMap(cm)
+	if err != nil || len(back.Rules) != 1 || back.Rules[0].RefillPeriodMs != slow.RefillPeriodMs {
+		t.Fatalf("decoded %+v, %v; want the shard with its rule", back, err)
 	}
 }

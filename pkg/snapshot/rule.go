@@ -363,5 +363,26 @@ func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 	if err := r.Validate(); err != nil {
 		return Rule{}, fmt.Errorf("%s: %w", source, err)
 	}
+	if s := r.FullRefillSeconds(); s > v1alpha1.MaxRefillSeconds {
+		// The schema's rule, for rule files and for objects stored before
+		// it. Not in Validate: a shard published by an older controller
+		// may hold such a rule, which this gateway's scripts handle (a
+		// shard refused would keep every rule in it stale).
+		return Rule{}, fmt.Errorf("%s: rule %s/%s: %s (it takes %d)", source, r.Tenant, r.Route, v1alpha1.MessageRefillTooSlow, s)
+	}
 	return r, nil
+}
+
+// FullRefillSeconds is the time the rule's bucket takes to refill from its
+// lowest (empty, or -MaxDebt with a response cost) to full, in whole
+// seconds, as the schema computes it: (capacity + maxDebt) x period /
+// tokens. A region's share and a shard divide capacity and rate alike, so
+// this is the time of each of their buckets too. The rule's fields must be
+// within their ranges (Validate).
+func (r *Rule) FullRefillSeconds() int64 {
+	low := r.Capacity
+	if r.Cost != nil && r.Cost.Response != nil {
+		low += r.Cost.Response.MaxDebt
+	}
+	return low * r.RefillPeriodMs / 1000 / r.RefillTokens
 }
