@@ -173,6 +173,19 @@ func redisNow(t *testing.T, c *redis.Client) int64 {
 
 // TestFailureModes: with Redis gone, LocalFallback caps each gateway at
 // max(1, limit/N), FailOpen admits without a slot, FailClosed refuses.
+// localShareOf7 acquires the local share of a limit of 7 slots over 3
+// replicas, 2, and is refused a third; it returns the two slots.
+func localShareOf7(t *testing.T, s *Slots, l Limit, what string) (*Slot, *Slot) {
+	t.Helper()
+	a, out := s.Acquire(context.Background(), l)
+	b, out2 := s.Acquire(context.Background(), l)
+	_, out3 := s.Acquire(context.Background(), l)
+	if !out.Allowed || !out2.Allowed || out3.Allowed || out3.Limit != 2 || out3.Source != limiter.SourceLocal {
+		t.Fatalf("%s: %+v %+v %+v, want 2 admitted of a local limit of 2", what, out, out2, out3)
+	}
+	return a, b
+}
+
 func TestFailureModes(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
@@ -180,12 +193,7 @@ func TestFailureModes(t *testing.T) {
 	s := New(Options{Client: c, GatewayID: "gw", Replicas: func() int { return 3 }, Timeout: 5 * time.Second})
 	ctx := context.Background()
 	l := limit(Key("shop", "orders"), 7, time.Second) // 7/3: 2 per gateway
-	a, out := s.Acquire(ctx, l)
-	b, out2 := s.Acquire(ctx, l)
-	_, out3 := s.Acquire(ctx, l)
-	if !out.Allowed || !out2.Allowed || out3.Allowed || out3.Limit != 2 || out3.Source != limiter.SourceLocal {
-		t.Fatalf("local fallback: %+v %+v %+v, want 2 admitted of a local limit of 2", out, out2, out3)
-	}
+	a, b := localShareOf7(t, s, l, "local fallback")
 	a.Release()
 	a.Release()
 	if _, out := s.Acquire(ctx, l); !out.Allowed {
@@ -347,12 +355,7 @@ func TestScriptErrorFollowsTheFailureMode(t *testing.T) {
 	if err := c.Set(ctx, l.Key, "not a sorted set", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	a, out := s.Acquire(ctx, l)
-	_, out2 := s.Acquire(ctx, l)
-	_, out3 := s.Acquire(ctx, l)
-	if !out.Allowed || !out2.Allowed || out3.Allowed || out3.Limit != 2 || out3.Source != limiter.SourceLocal {
-		t.Fatalf("script error, LocalFallback: %+v %+v %+v, want 2 admitted of a local limit of 2", out, out2, out3)
-	}
+	a, _ := localShareOf7(t, s, l, "script error, LocalFallback")
 	a.Release()
 	if _, out := s.Acquire(ctx, l); !out.Allowed || out.Source != limiter.SourceLocal {
 		t.Fatalf("after a release: %+v, want admitted locally", out)

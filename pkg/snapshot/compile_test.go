@@ -94,7 +94,7 @@ func TestFromSpec(t *testing.T) {
 		// stored before it and rule files.
 		{"a billion tokens refilled one a day", func(s *v1alpha1.RateLimitRuleSpec) {
 			s.Capacity, s.RefillPerSecond, s.Refill = 1_000_000_000, nil, &v1alpha1.Refill{Tokens: 1, Period: metav1.Duration{Duration: 24 * time.Hour}}
-		}, Rule{}, v1alpha1.MessageRefillTooSlow + " (it takes 86400000000000)"},
+		}, Rule{}, v1alpha1.MessageRefillTooSlow + " (this one: 86400000000000 seconds)"},
 		{"a debt that takes over 100 years to refill", func(s *v1alpha1.RateLimitRuleSpec) {
 			s.Capacity, s.RefillPerSecond, s.Refill = 500_000_000, nil, &v1alpha1.Refill{Tokens: 10000, Period: metav1.Duration{Duration: 31536 * time.Second}}
 			s.Cost = &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{Header: "X-Usage", MaxDebt: ptr.To[int64](500_000_001)}}

@@ -360,17 +360,26 @@ func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 	if err := r.compileQuota(spec.Quota, source); err != nil {
 		return Rule{}, err
 	}
-	if err := r.Validate(); err != nil {
+	if err := r.validateCompiled(); err != nil {
 		return Rule{}, fmt.Errorf("%s: %w", source, err)
 	}
-	if s := r.FullRefillSeconds(); s > v1alpha1.MaxRefillSeconds {
-		// The schema's rule, for rule files and for objects stored before
-		// it. Not in Validate: a shard published by an older controller
-		// may hold such a rule, which this gateway's scripts handle (a
-		// shard refused would keep every rule in it stale).
-		return Rule{}, fmt.Errorf("%s: rule %s/%s: %s (it takes %d)", source, r.Tenant, r.Route, v1alpha1.MessageRefillTooSlow, s)
-	}
 	return r, nil
+}
+
+// validateCompiled is Validate and the schema's bound on the refill time
+// (v1alpha1.MaxRefillSeconds), for a rule compiled from a spec: a rule
+// file, or an object stored before the schema had the bound. The bound is
+// not in Validate: a shard published by an older controller may hold such
+// a rule, which this gateway's scripts handle, and a shard refused would
+// keep every rule in it stale.
+func (r *Rule) validateCompiled() error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if s := r.FullRefillSeconds(); s > v1alpha1.MaxRefillSeconds {
+		return fmt.Errorf("rule %s/%s: %s (this one: %d seconds)", r.Tenant, r.Route, v1alpha1.MessageRefillTooSlow, s)
+	}
+	return nil
 }
 
 // FullRefillSeconds is the time the rule's bucket takes to refill from its
