@@ -114,10 +114,10 @@
 -- as "1.728e+17", which PEXPIRE refuses (the call, and the script, would
 -- fail on every call of the bucket). Every expiry is therefore a whole
 -- number of milliseconds written with '%d' (ms()), at most MAX_TTL_MS: 200
--- years, twice the longest refill a valid rule has (the RateLimitRule
--- schema allows 100 years from empty, or from -maxDebt, to full), so a
--- valid rule's key is never cut short, and every expiry is a Duration in
--- Go. The other numbers handed to Redis stay far below 1e17: a bucket's
+-- years, within a Go Duration (292 years). A bucket whose full refill
+-- takes longer than 100 years (the RateLimitRule schema allows up to 2^53
+-- ms, whose arithmetic stays exact here) is forgotten after 200 idle
+-- years, and comes back full. The other numbers handed to Redis stay far below 1e17: a bucket's
 -- tokens and Redis's time (the 0.1 form, stored as text), and a quota's
 -- counts (INCRBYFLOAT, which reads exponents too).
 

@@ -8,16 +8,19 @@ import (
 // MaxRefillSeconds bounds the time a bucket takes to refill from its
 // lowest to full, (capacity + maxDebt) x refill period / refill tokens
 // (maxDebt: 0 without spec.cost.response, spec.capacity by default), in
-// whole seconds: 100 years of 365 days. Every time the token bucket script
-// computes (a wait, a reset, its key's expiry of twice the refill) then
-// stays an exact integer of milliseconds in a double (below 2^53) and a Go
-// time.Duration (below 292 years). The schema's rule on RateLimitRuleSpec
-// (x-kubernetes-validations) holds the same number.
-const MaxRefillSeconds = 100 * 365 * 24 * 3600
+// whole seconds: 2^53 milliseconds, about 285,000 years. The token bucket
+// script computes its times (a wait, a reset) in milliseconds in doubles,
+// which hold every integer up to 2^53: within the bound they stay exact,
+// and a full refill's expiry never reaches the 1e17 that Lua would write
+// in exponent notation. (The script caps a key's expiry at 200 years, and
+// the gateway's Durations end at 292 years: a slower bucket's reset is
+// reported as the longest Duration.) The schema's rule on
+// RateLimitRuleSpec (x-kubernetes-validations) holds the same number.
+const MaxRefillSeconds = (1 << 53) / 1000
 
 // MessageRefillTooSlow is the schema's message for a spec over
 // MaxRefillSeconds; compiling such a spec (a rule file) fails with it too.
-const MessageRefillTooSlow = "spec.capacity (plus spec.cost.response.maxDebt) must refill within 100 years: (capacity + maxDebt) x refill period / refill tokens must be at most 3153600000 seconds"
+const MessageRefillTooSlow = "spec.capacity (plus spec.cost.response.maxDebt) must refill within 2^53 milliseconds (about 285,000 years): (capacity + maxDebt) x refill period / refill tokens must be at most 9007199254740 seconds"
 
 // RefillRate returns the spec's refill rate as tokens per period, whichever
 // field it is written in. The period is a whole number of seconds for every

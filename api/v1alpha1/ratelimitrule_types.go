@@ -16,7 +16,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.cost) || !has(self.cost.response) || !has(self.hotKey) || ((!has(self.hotKey.shards) || self.hotKey.shards <= 1) && (!has(self.hotKey.prefetch) || self.hotKey.prefetch == 'Off'))",message="spec.cost.response cannot be combined with spec.hotKey.prefetch or spec.hotKey.shards"
 // +kubebuilder:validation:XValidation:rule="!has(self.regions) || self.regions.all(r, self.capacity * r.percent >= 100 * (has(self.hotKey) && has(self.hotKey.shards) ? self.hotKey.shards : 1))",message="spec.regions: every region's share of spec.capacity (capacity x percent / 100) must hold at least one token per shard (spec.hotKey.shards)"
 // +kubebuilder:validation:XValidation:rule="!has(self.regions) || !has(self.concurrency) || self.regions.all(r, self.concurrency.maxInFlight * r.percent >= 100)",message="spec.regions: every region's share of spec.concurrency.maxInFlight (maxInFlight x percent / 100) must be at least one request"
-// +kubebuilder:validation:XValidation:rule="(has(self.refill) ? (!has(self.refill.tokens) || !has(self.refill.period) || self.refill.tokens < 1) : (!has(self.refillPerSecond) || self.refillPerSecond < 1)) || (self.capacity + (has(self.cost) && has(self.cost.response) ? (has(self.cost.response.maxDebt) ? self.cost.response.maxDebt : self.capacity) : 0)) * (has(self.refill) ? duration(self.refill.period).getSeconds() : 1) / (has(self.refill) ? self.refill.tokens : self.refillPerSecond) <= 3153600000",message="spec.capacity (plus spec.cost.response.maxDebt) must refill within 100 years: (capacity + maxDebt) x refill period / refill tokens must be at most 3153600000 seconds"
+// +kubebuilder:validation:XValidation:rule="(has(self.refill) ? (!has(self.refill.tokens) || !has(self.refill.period) || self.refill.tokens < 1) : (!has(self.refillPerSecond) || self.refillPerSecond < 1)) || (self.capacity + (has(self.cost) && has(self.cost.response) ? (has(self.cost.response.maxDebt) ? self.cost.response.maxDebt : self.capacity) : 0)) * (has(self.refill) ? duration(self.refill.period).getSeconds() : 1) / (has(self.refill) ? self.refill.tokens : self.refillPerSecond) <= 9007199254740",message="spec.capacity (plus spec.cost.response.maxDebt) must refill within 2^53 milliseconds (about 285,000 years): (capacity + maxDebt) x refill period / refill tokens must be at most 9007199254740 seconds"
 type RateLimitRuleSpec struct {
 	// tenant is the client this rule limits: the tenant id the gateway derives
 	// from the X-Api-Key header. "*" matches every tenant and makes a default
@@ -48,9 +48,9 @@ type RateLimitRuleSpec struct {
 
 	// capacity is the bucket size: the largest burst admitted at once, and the
 	// number of tokens a new or long-idle bucket starts with. 1 to 1000000000.
-	// An empty bucket must refill within 100 years at the refill rate
-	// (with a response cost, from -maxDebt): capacity x period / tokens at
-	// most 3153600000 seconds.
+	// An empty bucket (with a response cost, one at -maxDebt) must refill
+	// within 2^53 milliseconds (about 285,000 years) at the refill rate:
+	// (capacity + maxDebt) x period / tokens at most 9007199254740 seconds.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000000000
 	// +required
@@ -68,7 +68,7 @@ type RateLimitRuleSpec struct {
 	// a whole number per second: {tokens: 10, period: 1m} is exactly 10 per
 	// minute. Tokens are added continuously, not in steps at the end of each
 	// period. Set exactly one of refillPerSecond and refill. The bucket must
-	// refill within 100 years (see capacity).
+	// refill within about 285,000 years (see capacity).
 	// +optional
 	Refill *Refill `json:"refill,omitempty"`
 

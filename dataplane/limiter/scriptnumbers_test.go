@@ -77,25 +77,30 @@ func TestHugeSlowBucketAnswers(t *testing.T) {
 	}
 }
 
-// TestKeyTTLAtTheRefillBound: the slowest refill a valid rule may have
-// (v1alpha1.MaxRefillSeconds from empty to full) keeps its key's whole
-// expiry, twice the refill: the script's longest expiry is not shorter.
-func TestKeyTTLAtTheRefillBound(t *testing.T) {
+// TestSlowestValidBucket: the slowest refill a valid rule may have, just
+// under v1alpha1.MaxRefillSeconds (2^53 ms) from empty to full: 14,892,855
+// tokens, one a week. It answers exactly: a week to the millisecond for
+// the next token, the full refill within the double's step (2 ms at 2^53);
+// its key expires after the script's longest expiry, 200 years.
+func TestSlowestValidBucket(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	ctx := context.Background()
-	// 10⁹ tokens, 10,000 every 31,536 s: 100 years from empty to full.
-	b := Bucket{Key: Key("t", "bound"), Capacity: 1e9, RefillTokens: 10000, RefillPeriodMs: 31_536_000}
-	if res, err := NewRedis(c).Take(ctx, b, 1, 1); err != nil || res.Granted != 1 {
-		t.Fatalf("take: %+v %v", res, err)
+	const week, capacity = 604_800_000, 14_892_855
+	if full := int64(capacity) * week / 1000; full > v1alpha1.MaxRefillSeconds || full+week/1000 <= v1alpha1.MaxRefillSeconds {
+		t.Fatalf("a full refill takes %d s: not the slowest under the bound, %d s", full, v1alpha1.MaxRefillSeconds)
+	}
+	b := Bucket{Key: Key("t", "slowest"), Capacity: capacity, RefillTokens: 1, RefillPeriodMs: week}
+	res, err := NewRedis(c).Take(ctx, b, 1, capacity)
+	if err != nil || res.Granted != capacity || res.Remaining != 0 || res.WaitMs != week {
+		t.Fatalf("draining take: %+v %v, want %d granted, none left, a week's wait", res, err, capacity)
+	}
+	if full := int64(capacity) * week; res.ResetMs < full || res.ResetMs > full+2 {
+		t.Fatalf("reset %d ms, want a full refill, %d ms", res.ResetMs, full)
 	}
 	hash, _ := Storage(b.Key)
 	ttl, err := c.PTTL(ctx, hash).Result()
-	want := 2 * v1alpha1.MaxRefillSeconds * time.Second
-	if err != nil || ttl > want || ttl < want-time.Minute {
-		t.Fatalf("PTTL %v %v, want twice the refill, %v", ttl, err, want)
-	}
-	if want != scriptMaxTTL {
-		t.Errorf("the script's longest expiry %v is not twice the longest refill of a valid rule, %v", scriptMaxTTL, want)
+	if err != nil || ttl > scriptMaxTTL || ttl < scriptMaxTTL-time.Minute {
+		t.Fatalf("PTTL %v %v, want the script's longest expiry, %v", ttl, err, scriptMaxTTL)
 	}
 }

@@ -30,7 +30,7 @@ func indent(s string) string {
 	return b.String()
 }
 
-// refillBound is the schema's message for a refill slower than 100 years:
+// refillBound is the schema's message for a refill slower than 2^53 ms:
 // a rule file gets the API server's.
 const refillBound = v1alpha1.MessageRefillTooSlow
 
@@ -143,11 +143,11 @@ func TestParseInvalid(t *testing.T) {
 		// The schema's bound on the refill time, with its message (issue 27).
 		{name: "a billion tokens refilled one a day", content: doc("a", "tenant: t\nroute: r\ncapacity: 1000000000\nrefill: {tokens: 1, period: 24h}"),
 			want: []string{"default/a", refillBound}},
-		{name: "refill just over 100 years", content: doc("a", "tenant: t\nroute: r\ncapacity: 1000000000\nrefill: {tokens: 9999, period: 31536s}"),
+		{name: "refill just over 2^53 ms", content: doc("a", "tenant: t\nroute: r\ncapacity: 14892856\nrefill: {tokens: 1, period: 168h}"),
+			want: []string{"default/a", refillBound, "(this one: 9007199308800 seconds)"}},
+		{name: "a debt over 2^53 ms", content: doc("a", "tenant: t\nroute: r\ncapacity: 7446427\nrefill: {tokens: 1, period: 168h}\ncost: {response: {header: X-Usage, maxDebt: 7446429}}"),
 			want: []string{"default/a", refillBound}},
-		{name: "a debt over 100 years", content: doc("a", "tenant: t\nroute: r\ncapacity: 500000000\nrefill: {tokens: 10000, period: 31536s}\ncost: {response: {header: X-Usage, maxDebt: 500000001}}"),
-			want: []string{"default/a", refillBound}},
-		{name: "a default debt over 100 years", content: doc("a", "tenant: t\nroute: r\ncapacity: 500000001\nrefill: {tokens: 10000, period: 31536s}\ncost: {response: {header: X-Usage}}"),
+		{name: "a default debt over 2^53 ms", content: doc("a", "tenant: t\nroute: r\ncapacity: 7446428\nrefill: {tokens: 1, period: 168h}\ncost: {response: {header: X-Usage}}"),
 			want: []string{"default/a", refillBound}},
 		{name: "every bad document is reported", content: doc("a", spec1+"x: 1") + "---\n" + doc("b", spec1+"w: 1"), want: []string{`"spec.x"`, `"spec.w"`, "document 2"}},
 	}
@@ -201,8 +201,8 @@ func TestCompileValues(t *testing.T) {
 			want: snapshot.Rule{Tenant: "*", Route: "r", Capacity: 1, RefillTokens: 1, RefillPeriodMs: 1000, Shadow: true, FailureMode: snapshot.FailOpen}},
 		{name: "fail closed", spec: "tenant: t\nroute: r\ncapacity: 1\nrefillPerSecond: 1\nfailureMode: FailClosed",
 			want: snapshot.Rule{Tenant: "t", Route: "r", Capacity: 1, RefillTokens: 1, RefillPeriodMs: 1000, FailureMode: snapshot.FailClosed}},
-		{name: "a refill of exactly 100 years", spec: "tenant: t\nroute: r\ncapacity: 1000000000\nrefill: {tokens: 10000, period: 31536s}",
-			want: snapshot.Rule{Tenant: "t", Route: "r", Capacity: 1_000_000_000, RefillTokens: 10000, RefillPeriodMs: 31_536_000}},
+		{name: "a refill just under 2^53 ms", spec: "tenant: t\nroute: r\ncapacity: 14892855\nrefill: {tokens: 1, period: 168h}",
+			want: snapshot.Rule{Tenant: "t", Route: "r", Capacity: 14_892_855, RefillTokens: 1, RefillPeriodMs: 604_800_000}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -95,15 +95,15 @@ func TestFromSpec(t *testing.T) {
 		{"a billion tokens refilled one a day", func(s *v1alpha1.RateLimitRuleSpec) {
 			s.Capacity, s.RefillPerSecond, s.Refill = 1_000_000_000, nil, &v1alpha1.Refill{Tokens: 1, Period: metav1.Duration{Duration: 24 * time.Hour}}
 		}, Rule{}, v1alpha1.MessageRefillTooSlow + " (this one: 86400000000000 seconds)"},
-		{"a debt that takes over 100 years to refill", func(s *v1alpha1.RateLimitRuleSpec) {
-			s.Capacity, s.RefillPerSecond, s.Refill = 500_000_000, nil, &v1alpha1.Refill{Tokens: 10000, Period: metav1.Duration{Duration: 31536 * time.Second}}
-			s.Cost = &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{Header: "X-Usage", MaxDebt: ptr.To[int64](500_000_001)}}
+		{"a debt that takes over 2^53 ms to refill", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Capacity, s.RefillPerSecond, s.Refill = 7_446_427, nil, &v1alpha1.Refill{Tokens: 1, Period: metav1.Duration{Duration: 168 * time.Hour}}
+			s.Cost = &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{Header: "X-Usage", MaxDebt: ptr.To[int64](7_446_429)}}
 		}, Rule{}, v1alpha1.MessageRefillTooSlow},
-		{"exactly 100 years, with regions and shards", func(s *v1alpha1.RateLimitRuleSpec) {
-			s.Capacity, s.RefillPerSecond, s.Refill = 1_000_000_000, nil, &v1alpha1.Refill{Tokens: 10000, Period: metav1.Duration{Duration: 31536 * time.Second}}
+		{"just under 2^53 ms, with regions and shards", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Capacity, s.RefillPerSecond, s.Refill = 14_892_855, nil, &v1alpha1.Refill{Tokens: 1, Period: metav1.Duration{Duration: 168 * time.Hour}}
 			s.HotKey = &v1alpha1.HotKey{Shards: 64}
 			s.Regions = []v1alpha1.RegionShare{{Name: "eu", Percent: 99}, {Name: "us", Percent: 1}}
-		}, Rule{Tenant: "shop-a", Route: "create-order", Capacity: 1_000_000_000, RefillTokens: 10000, RefillPeriodMs: 31_536_000, Source: "ns/r",
+		}, Rule{Tenant: "shop-a", Route: "create-order", Capacity: 14_892_855, RefillTokens: 1, RefillPeriodMs: 604_800_000, Source: "ns/r",
 			Shards: 64, Regions: []RegionShare{{"eu", 99}, {"us", 1}}}, ""},
 	}
 	for _, c := range cases {
@@ -178,14 +178,14 @@ func TestInFlightLimit(t *testing.T) {
 	}
 }
 
-// TestRefillTimeOfEveryBucket: a rule at the bound on the refill time keeps
-// it in every bucket a gateway makes of it: a region's share and a shard
-// divide capacity and rate alike.
+// TestRefillTimeOfEveryBucket: a rule just under the bound on the refill
+// time keeps it in every bucket a gateway makes of it: a region's share
+// and a shard divide capacity and rate alike.
 func TestRefillTimeOfEveryBucket(t *testing.T) {
-	r := Rule{Tenant: "t", Route: "r", Capacity: 1_000_000_000, RefillTokens: 10000, RefillPeriodMs: 31_536_000,
+	r := Rule{Tenant: "t", Route: "r", Capacity: 14_892_855, RefillTokens: 1, RefillPeriodMs: 604_800_000,
 		Shards: 64, Regions: []RegionShare{{"eu", 99}, {"us", 1}}}
-	if got := r.FullRefillSeconds(); got != v1alpha1.MaxRefillSeconds {
-		t.Fatalf("FullRefillSeconds = %d, want %d", got, v1alpha1.MaxRefillSeconds)
+	if got := r.FullRefillSeconds(); got != 9_007_198_704_000 || got > v1alpha1.MaxRefillSeconds {
+		t.Fatalf("FullRefillSeconds = %d, want 9007198704000, under %d", got, v1alpha1.MaxRefillSeconds)
 	}
 	for _, region := range []string{"", "eu", "us"} {
 		tokens, periodMs := r.RegionRefill(region)
