@@ -22,8 +22,11 @@ import (
 // persistence errors): they fail every bucket of the node and count
 // against its breaker, as connection errors and timeouts do.
 func IsScriptError(err error) bool {
+	if err == nil {
+		return false // before re, which lives on the heap (errors.As)
+	}
 	var re redis.Error
-	if err == nil || !errors.As(err, &re) {
+	if !errors.As(err, &re) {
 		return false
 	}
 	msg := re.Error()
