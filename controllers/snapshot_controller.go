@@ -164,13 +164,12 @@ type shardInfo struct {
 }
 
 // owns reports whether obj is a shard ConfigMap of this snapshot that the
-// controller manages: named <snapshot>-<i>-of-<n> and labelled
-// app.kubernetes.io/managed-by=tollgate-controller. The controller updates
-// and deletes only those; others carrying the snapshot label are reported
-// and left alone.
+// controller manages (snapshot.Owned: named <snapshot>-<i>-of-<n> and
+// labelled app.kubernetes.io/managed-by=tollgate-controller). The controller
+// updates and deletes only those; others carrying the snapshot label are
+// reported and left alone. Gateways load only those, by the same function.
 func (r *SnapshotReconciler) owns(obj client.Object) bool {
-	_, _, ok := snapshot.ParseConfigMapName(r.opts.SnapshotName, obj.GetName())
-	return ok && obj.GetLabels()[snapshot.LabelManagedBy] == snapshot.ManagedByValue
+	return snapshot.Owned(r.opts.SnapshotName, obj)
 }
 
 // publish writes the shards of rules, creating or updating only those whose

@@ -190,6 +190,26 @@ func ParseConfigMapName(prefix, name string) (index, count int, ok bool) {
 	return index, count, true
 }
 
+// ManagedByController reports whether obj carries the controller's
+// managed-by label (LabelManagedBy=ManagedByValue), which it puts on every
+// object it writes: the shard ConfigMaps and, in Gateway API mode, the route
+// table ConfigMap and its TLS Secret (pkg/routetable.Owned).
+func ManagedByController(obj metav1.Object) bool {
+	return obj.GetLabels()[LabelManagedBy] == ManagedByValue
+}
+
+// Owned reports whether obj is a shard ConfigMap of snapshot prefix that the
+// controller owns: named <prefix>-<i>-of-<n> (ParseConfigMapName) and
+// ManagedByController. It is the one rule of both halves: the controller
+// updates and deletes only those (others carrying the snapshot label are
+// reported and left alone), and gateways load only those (others are
+// refused and reported), so an object the controller does not manage can
+// never decide which snapshot is in force.
+func Owned(prefix string, obj metav1.Object) bool {
+	_, _, ok := ParseConfigMapName(prefix, obj.GetName())
+	return ok && ManagedByController(obj)
+}
+
 // NewShard builds a shard in the newest Format from rules (which it sorts)
 // and computes its checksum.
 func NewShard(index, count int, version int64, rules []Rule) *Shard {

@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func rule(tenant, route string, capacity int64) Rule {
@@ -342,6 +344,46 @@ func TestParseConfigMapName(t *testing.T) {
 		}
 		if ok && ConfigMapName("rules", i, n) != c.name {
 			t.Errorf("%q does not round-trip", c.name)
+		}
+	}
+}
+
+// TestOwned is the rule both halves apply to a ConfigMap carrying the
+// snapshot label: the controller updates and deletes only what it owns, and
+// gateways load only that.
+func TestOwned(t *testing.T) {
+	written, err := NewShard(1, 2, 7, nil).ConfigMap("ns", "rules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(m *metav1.ObjectMeta) // applied to a copy of the controller's shard
+		want bool
+	}{
+		{"as the controller writes it", func(*metav1.ObjectMeta) {}, true},
+		{"snapshot label removed (the controller relabels it by name)", func(m *metav1.ObjectMeta) { delete(m.Labels, LabelSnapshot) }, true},
+		{"no managed-by label", func(m *metav1.ObjectMeta) { delete(m.Labels, LabelManagedBy) }, false},
+		{"managed by someone else", func(m *metav1.ObjectMeta) { m.Labels[LabelManagedBy] = "helm" }, false},
+		{"managed-by value in another case", func(m *metav1.ObjectMeta) { m.Labels[LabelManagedBy] = "Tollgate-Controller" }, false},
+		{"no labels at all", func(m *metav1.ObjectMeta) { m.Labels = nil }, false},
+		{"not a shard name", func(m *metav1.ObjectMeta) { m.Name = "rules-backup" }, false},
+		{"a shard name of another snapshot", func(m *metav1.ObjectMeta) { m.Name = "other-1-of-2" }, false},
+		{"a count that is no power of two", func(m *metav1.ObjectMeta) { m.Name = "rules-1-of-3" }, false},
+		{"an owner reference does not make it ours", func(m *metav1.ObjectMeta) {
+			delete(m.Labels, LabelManagedBy)
+			m.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "tollgate-controller", UID: "u"}}
+		}, false},
+	} {
+		cm := written.DeepCopy()
+		c.edit(&cm.ObjectMeta)
+		if got := Owned("rules", cm); got != c.want {
+			t.Errorf("%s: Owned = %v, want %v", c.name, got, c.want)
+		}
+		// The controller lists metadata only: the same answer.
+		meta := &metav1.PartialObjectMetadata{ObjectMeta: cm.ObjectMeta}
+		if got := Owned("rules", meta); got != c.want {
+			t.Errorf("%s, as metadata: Owned = %v, want %v", c.name, got, c.want)
 		}
 	}
 }
