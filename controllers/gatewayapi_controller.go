@@ -153,9 +153,10 @@ func (r *GatewayAPIReconciler) publish(ctx context.Context, t *routetable.Table)
 		return fmt.Errorf("reading ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
 	case bytes.Equal(cur.BinaryData[routetable.DataKey], cm.BinaryData[routetable.DataKey]) &&
 		cur.Annotations[routetable.AnnotationChecksum] == cm.Annotations[routetable.AnnotationChecksum] &&
-		cur.Labels[routetable.LabelRouteTable] == cm.Name:
+		routetable.Owned(r.opts.RouteTableName, &cur):
 		// Compressing is deterministic: equal bytes, equal table. Anything
-		// else (a change, or an edit by hand) is rewritten.
+		// else (a change, an edit by hand, or a copy without the labels
+		// gateways require) is rewritten.
 		return nil
 	}
 	cm.ResourceVersion = cur.ResourceVersion

@@ -79,7 +79,7 @@ func (r *GatewayAPIReconciler) publishTLS(ctx context.Context, out *gatewayapi.O
 	name := routetable.TLSSecretName(r.opts.RouteTableName)
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: r.opts.SnapshotNamespace, Name: name,
-			Labels: map[string]string{routetable.LabelRouteTable: r.opts.RouteTableName, "app.kubernetes.io/managed-by": "tollgate-controller"}},
+			Labels: routetable.Labels(r.opts.RouteTableName)},
 		Type: corev1.SecretTypeOpaque, Data: data,
 	}
 	var cur corev1.Secret
@@ -91,9 +91,11 @@ func (r *GatewayAPIReconciler) publishTLS(ctx context.Context, out *gatewayapi.O
 	case err != nil:
 		return fmt.Errorf("reading Secret %s/%s: %w", s.Namespace, name, err)
 	case maps.EqualFunc(cur.Data, data, func(a, b []byte) bool { return string(a) == string(b) }) &&
-		cur.Labels[routetable.LabelRouteTable] == r.opts.RouteTableName:
+		routetable.Owned(r.opts.RouteTableName, &cur):
 		return nil
 	}
+	// Anything else of this name is rewritten, with the labels without
+	// which gateways refuse it.
 	s.ResourceVersion = cur.ResourceVersion
 	return r.client.Update(ctx, s)
 }

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
 // ConfigMap layout of a route table.
@@ -69,6 +70,28 @@ type TLSListener struct {
 	// the listener serves, in the listener's order; each has its entries in
 	// the TLS Secret (CertKeys).
 	Certificates []string `json:"certificates"`
+}
+
+// Labels are the labels the controller puts on the route table ConfigMap
+// table and on its TLS Secret.
+func Labels(table string) map[string]string {
+	return map[string]string{LabelRouteTable: table, snapshot.LabelManagedBy: snapshot.ManagedByValue}
+}
+
+// Owned reports whether obj, the route table ConfigMap table or its TLS
+// Secret (the watches are of those names), is the controller's: it carries
+// Labels(table) (snapshot.ManagedByController, the managed-by rule of the
+// shards). Gateways load only such objects, and the controller rewrites any
+// other object of those names with its labels (publishing writes over
+// whatever holds the name), so a copy put there by someone else is refused
+// until the controller's next pass replaces it.
+func Owned(table string, obj metav1.Object) bool {
+	return obj.GetLabels()[LabelRouteTable] == table && snapshot.ManagedByController(obj)
+}
+
+// DescribeLabels says, for messages, which labels Owned requires.
+func DescribeLabels(table string) string {
+	return fmt.Sprintf("the labels %s=%s and %s=%s", LabelRouteTable, table, snapshot.LabelManagedBy, snapshot.ManagedByValue)
 }
 
 // TLSSecretName is the name of the Secret holding the certificates and keys
@@ -237,7 +260,7 @@ func (t *Table) ConfigMap(namespace, name string) (*corev1.ConfigMap, error) {
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: namespace,
-			Labels: map[string]string{LabelRouteTable: name, "app.kubernetes.io/managed-by": "tollgate-controller"},
+			Labels: Labels(name),
 			Annotations: map[string]string{
 				AnnotationChecksum: sum,
 				AnnotationRules:    strconv.Itoa(len(t.Rules)),
