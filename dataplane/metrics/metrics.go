@@ -63,6 +63,11 @@ type Gateway struct {
 	Rules prometheus.Gauge
 	// ReloadErrors counts rejected rule, route or key reloads, by source.
 	ReloadErrors *prometheus.CounterVec
+	// ForeignRefused counts objects refused because the controller does not
+	// own them (a snapshot ConfigMap, the route table ConfigMap or its TLS
+	// Secret without the controller's name and labels), by source (rules,
+	// httproutes, tls); every refused version counts. See dataplane/foreign.
+	ForeignRefused *prometheus.CounterVec
 	// UpstreamDuration observes time to upstream response headers by route.
 	UpstreamDuration *prometheus.HistogramVec
 	// IdentityFailures counts requests refused before a tenant was found, by
@@ -185,6 +190,10 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 			Name: "tollgate_gateway_reload_errors_total",
 			Help: "Rejected reloads by source (rules, routes, api-keys); the last good version stays in use.",
 		}, []string{"source"}),
+		ForeignRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_gateway_foreign_refused_total",
+			Help: "Objects the gateway refused to load because the controller does not own them, by source (rules: a snapshot ConfigMap not named <snapshot>-<i>-of-<n> or without the label app.kubernetes.io/managed-by=tollgate-controller; httproutes, tls: the route table ConfigMap or its TLS Secret without the controller's labels); a ForeignConfigMap or ForeignSecret Event names each.",
+		}, []string{"source"}),
 		ResponseCharges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_gateway_response_charges_total",
 			Help: "Responses of rules with a response cost, by route and basis of the charge (reported: the response's value; default: none usable; error: the upstream failed or the body broke off).",
@@ -212,7 +221,7 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 		}),
 	}
 	reg.MustRegister(m.Decisions, m.Responses, m.RedisDuration, m.RedisErrors, m.RedisScriptErrors, m.RedisTimeout, m.Breaker, m.Replicas, m.ReplicasCounted,
-		m.SnapshotVersion, m.SnapshotFormat, m.BuildInfo, m.SnapshotLoaded, m.Rules, m.ReloadErrors, m.UpstreamDuration, m.IdentityFailures,
+		m.SnapshotVersion, m.SnapshotFormat, m.BuildInfo, m.SnapshotLoaded, m.Rules, m.ReloadErrors, m.ForeignRefused, m.UpstreamDuration, m.IdentityFailures,
 		m.ConcurrencyInFlight, m.ConcurrencyRejections, m.ConcurrencyUnenforced,
 		m.ResponseCharges, m.ResponseCostTokens,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -222,6 +231,10 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 	m.Breaker.WithLabelValues("closed").Set(1)
 	for _, s := range []string{ScriptTokenBucket, ScriptConcurrency} {
 		m.RedisScriptErrors.WithLabelValues(s) // 0 until the first error
+	}
+	// At 0 from the start: a counter born at 1 shows no increase.
+	for _, s := range []string{"rules", "httproutes", "tls"} {
+		m.ForeignRefused.WithLabelValues(s)
 	}
 	v := version.Get()
 	m.BuildInfo.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)
