@@ -13,9 +13,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/tollgate-dev/tollgate/dataplane/concurrency"
 	"github.com/tollgate-dev/tollgate/dataplane/decision"
+	"github.com/tollgate-dev/tollgate/dataplane/foreign"
 	"github.com/tollgate-dev/tollgate/dataplane/httproutes"
 	"github.com/tollgate-dev/tollgate/dataplane/identity"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
@@ -44,12 +46,17 @@ type Gateway struct {
 	// httpRoutes is the Gateway API route table (--gateway-api).
 	httpRoutes *httproutes.Source
 	// certs are the HTTPS port's certificates (--tls-listen).
-	certs   *tlscerts.Store
-	store   *rules.Store
-	keys    *identity.MappedWatcher
-	files   *rules.FileSource
-	cms     *rules.ConfigMapSource
-	kube    kubernetes.Interface
+	certs *tlscerts.Store
+	store *rules.Store
+	keys  *identity.MappedWatcher
+	files *rules.FileSource
+	cms   *rules.ConfigMapSource
+	kube  kubernetes.Interface
+	// events sends the gateway's Kubernetes Events (nil without a cluster);
+	// foreign reports the objects the sources refuse as not the
+	// controller's.
+	events  events.EventBroadcaster
+	foreign *foreign.Reporter
 	members membership.Counter
 	redis   redis.UniversalClient // nil with --limiter=local
 	chain   *limiter.Chain

@@ -14,12 +14,12 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tollgate-dev/tollgate/dataplane/httpguard"
 	"github.com/tollgate-dev/tollgate/dataplane/rls"
 	"github.com/tollgate-dev/tollgate/dataplane/tlscerts"
 	"github.com/tollgate-dev/tollgate/internal/lib/urlpath"
-	"github.com/tollgate-dev/tollgate/pkg/routetable"
 )
 
 // loop is a background task that runs until its context ends.
@@ -58,8 +58,9 @@ func (g *Gateway) loops() []loop {
 		ls = append(ls, loop{"HTTPRoute table ConfigMap", g.httpRoutes.Run})
 	}
 	if g.certs != nil {
-		secret := routetable.TLSSecretName(g.opts.RouteTable)
-		ls = append(ls, loop{"TLS Secret", func(ctx context.Context) error { return g.certs.Watch(ctx, g.kube, g.opts.SnapshotNamespace, secret) }})
+		wo := tlscerts.WatchOptions{Client: g.kube, Namespace: g.opts.SnapshotNamespace, Table: g.opts.RouteTable,
+			OnForeign: func(s *corev1.Secret, err error) { g.foreign.Refuse("tls", s, err) }}
+		ls = append(ls, loop{"TLS Secret", func(ctx context.Context) error { return g.certs.Watch(ctx, wo) }})
 	}
 	if g.rls != nil {
 		ls = append(ls, loop{"gRPC health", quiet(g.followHealth)})
@@ -153,6 +154,15 @@ func withTLSState(next http.Handler, certs *tlscerts.Store) http.Handler {
 func (g *Gateway) Run(ctx context.Context) error {
 	defer g.close()
 	bg, stopLoops := context.WithCancel(context.Background())
+	if g.events != nil {
+		// Before the loops start: an Event recorded while the broadcaster
+		// has no sink yet would be dropped. It stops after the loops.
+		if err := g.events.StartRecordingToSinkWithContext(bg); err != nil {
+			stopLoops()
+			return fmt.Errorf("recording Kubernetes Events: %w", err)
+		}
+		defer g.events.Shutdown()
+	}
 	var loops errgroup.Group
 	for _, l := range g.loops() {
 		loops.Go(func() error {

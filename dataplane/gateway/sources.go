@@ -5,8 +5,12 @@ import (
 	"os"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
 
+	"github.com/tollgate-dev/tollgate/dataplane/foreign"
 	"github.com/tollgate-dev/tollgate/dataplane/httproutes"
 	"github.com/tollgate-dev/tollgate/dataplane/identity"
 	"github.com/tollgate-dev/tollgate/dataplane/membership"
@@ -102,6 +106,7 @@ func (g *Gateway) connectKubernetes() error {
 	if g.kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
+	g.newForeignReporter()
 	g.cms = newConfigMapSource(g)
 	if g.opts.GatewayAPI && g.opts.TLSListen != "" {
 		tlsErrors := g.metrics.ReloadErrors.WithLabelValues("tls") // at 0 from the start
@@ -123,6 +128,7 @@ func (g *Gateway) connectKubernetes() error {
 				g.metrics.ReloadErrors.WithLabelValues("httproutes").Inc()
 				g.log.Error(err, "HTTPRoute table problem; the last good table stays in use")
 			},
+			OnForeign: func(cm *corev1.ConfigMap, err error) { g.foreign.Refuse("httproutes", cm, err) },
 		})
 	}
 	identity := g.opts.PodName
@@ -156,5 +162,20 @@ func newConfigMapSource(g *Gateway) *rules.ConfigMapSource {
 			errors.Inc()
 			g.log.Error(err, "rule snapshot problem; the last good rules stay in use")
 		},
+		OnForeign: func(cm *corev1.ConfigMap, err error) { g.foreign.Refuse("rules", cm, err) },
+	})
+}
+
+// newForeignReporter sets up the report of objects the sources refuse as not
+// the controller's: tollgate_gateway_foreign_refused_total and a Warning
+// Event on the object (events.k8s.io, created in the snapshot namespace;
+// the gateway's Role allows create there, nothing more). The broadcaster
+// starts with Run.
+func (g *Gateway) newForeignReporter() {
+	g.events = events.NewBroadcaster(&events.EventSinkImpl{Interface: g.kube.EventsV1()})
+	g.foreign = foreign.New(foreign.Options{
+		Refused:  g.metrics.ForeignRefused,
+		Recorder: g.events.NewRecorder(clientgoscheme.Scheme, "tollgate-gateway"),
+		Log:      g.log.WithName("foreign"),
 	})
 }

@@ -24,12 +24,17 @@ type SourceOptions struct {
 	// OnError is called when the ConfigMap cannot be decoded (the last good
 	// table stays in use) or watching fails.
 	OnError func(error)
+	// OnForeign is called when the ConfigMap is not the controller's
+	// (routetable.Owned: without its labels); it is refused and the last
+	// good table stays in use. Without OnForeign, OnError hears it.
+	OnForeign func(cm *corev1.ConfigMap, err error)
 }
 
 // Source keeps the current table loaded from the route table ConfigMap that
-// the controller writes. A ConfigMap that does not decode is refused and the
-// last good table stays in force; a deleted ConfigMap leaves the last table
-// in force too (the controller writes it back).
+// the controller writes. A ConfigMap that does not decode, or that is not
+// the controller's (routetable.Owned), is refused and the last good table
+// stays in force; a deleted ConfigMap leaves the last table in force too (the
+// controller writes it back).
 type Source struct {
 	client kubernetes.Interface
 	opts   SourceOptions
@@ -87,12 +92,22 @@ func (s *Source) upsert(obj any) {
 		return
 	}
 	s.rv = cm.ResourceVersion
+	what := "no route table is loaded yet"
+	if s.loaded.Load() {
+		what = "the last good route table stays in use"
+	}
+	if !routetable.Owned(s.opts.Name, cm) {
+		err := fmt.Errorf("route table ConfigMap %s/%s refused, %s: it is not the controller's (gateways load it only with %s)",
+			cm.Namespace, cm.Name, what, routetable.DescribeLabels(s.opts.Name))
+		if s.opts.OnForeign != nil {
+			s.opts.OnForeign(cm, err)
+		} else {
+			s.report(err)
+		}
+		return
+	}
 	t, err := routetable.FromConfigMap(cm)
 	if err != nil {
-		what := "no route table is loaded yet"
-		if s.loaded.Load() {
-			what = "the last good route table stays in use"
-		}
 		s.report(fmt.Errorf("route table ConfigMap %s/%s rejected, %s: %w", cm.Namespace, cm.Name, what, err))
 		return
 	}

@@ -13,9 +13,11 @@ import (
 	. "github.com/onsi/gomega"
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -157,6 +159,37 @@ var _ = Describe("The gateway's permissions (config/rbac)", Ordered, func() {
 			Expect(leaseExists(ns, mem.m.LeaseName())()).To(BeFalse(), "the gateway deletes its own Lease on shutdown")
 		})
 	}
+
+	It("may create Events in its namespace (a refused foreign object's), and do nothing else with Events", func() {
+		gw := kubernetes.NewForConfigOrDie(gatewayConfig("tollgate-gateway-7d9f-abcde"))
+		ev := func(ns string) *eventsv1.Event {
+			return &eventsv1.Event{
+				ObjectMeta: metav1.ObjectMeta{Name: "tollgate-rules-0-of-2.18a0c0ffee", Namespace: ns},
+				EventTime:  metav1.NewMicroTime(time.Now()), Type: corev1.EventTypeWarning,
+				Reason: "ForeignConfigMap", Action: "Load", Note: "refused",
+				ReportingController: "tollgate-gateway", ReportingInstance: "tollgate-gateway-tollgate-gateway-7d9f-abcde",
+				Regarding: corev1.ObjectReference{Kind: "ConfigMap", APIVersion: "v1", Namespace: ns, Name: "tollgate-rules-0-of-2"},
+			}
+		}
+		created, err := gw.EventsV1().Events(ns).Create(ctx, ev(ns), metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+
+		_, err = gw.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		forbidden(err)
+		_, err = gw.EventsV1().Events(ns).Patch(ctx, created.Name, types.MergePatchType, []byte(`{"note":"rewritten"}`), metav1.PatchOptions{})
+		forbidden(err)
+		forbidden(gw.EventsV1().Events(ns).Delete(ctx, created.Name, metav1.DeleteOptions{}))
+		// Core Events are another API: not granted.
+		_, err = gw.CoreV1().Events(ns).Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "x.18a0c0ffee", Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{Kind: "ConfigMap", Namespace: ns, Name: "x"}, Reason: "x", Message: "x"}, metav1.CreateOptions{})
+		forbidden(err)
+		// Nor in another namespace.
+		other := "tollgate-other"
+		_, err = k8s.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		_, err = gw.EventsV1().Events(other).Create(ctx, ev(other), metav1.CreateOptions{})
+		forbidden(err)
+	})
 
 	It("cannot rewrite another replica's Lease with a pod-bound token", func() {
 		ghostLease(ns, "tollgate-gateway-other-pod", "tollgate-gateway", time.Now())

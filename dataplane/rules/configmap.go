@@ -40,12 +40,23 @@ type ConfigMapOptions struct {
 	// current one (the current one stays in force), and when listing or
 	// watching fails (the informer retries).
 	OnError func(error)
+	// OnForeign, if set, is called when a ConfigMap carrying the snapshot's
+	// label is not the controller's (snapshot.Owned: the name
+	// <snapshot>-<i>-of-<n> and the controller's managed-by label): it is
+	// refused, whatever its version, and content it held while it was the
+	// controller's is no longer used. Without OnForeign, OnError hears it.
+	OnForeign func(cm *corev1.ConfigMap, err error)
 }
 
 // ConfigMapSource keeps a Store loaded from the sharded snapshot that the
 // controller publishes in ConfigMaps. It watches the ConfigMaps of one
 // namespace that carry the snapshot's label, so it needs only get, list and
 // watch on configmaps in that namespace.
+//
+// Only ConfigMaps the controller owns (snapshot.Owned, the rule the
+// controller itself applies) are loaded; any other carrying the label is
+// refused and reported (OnForeign), so a layout the controller neither
+// updates nor deletes can never be in force, whatever its version.
 //
 // Every ConfigMap is decoded when it changes, off the request path, and the
 // newest complete snapshot (see snapshot.Select) is swapped into the store.
@@ -169,6 +180,10 @@ func (s *ConfigMapSource) upsert(obj any) {
 		s.shards[cm.Name] = e
 	}
 	e.rv = cm.ResourceVersion
+	if !snapshot.Owned(s.opts.SnapshotName, cm) {
+		s.refuse(cm, e)
+		return
+	}
 	sh, err := snapshot.FromConfigMap(cm)
 	if err != nil {
 		what := "ignored until it is fixed"
@@ -188,6 +203,27 @@ func (s *ConfigMapSource) upsert(obj any) {
 	}
 	e.good = sh
 	if s.listed {
+		s.update()
+	}
+}
+
+// refuse reports cm, which the controller does not own, and forgets what
+// its entry e held. s.mu is held.
+func (s *ConfigMapSource) refuse(cm *corev1.ConfigMap, e *entry) {
+	what := "gateways do not load it"
+	had := e.good != nil
+	if had {
+		what = fmt.Sprintf("its content (version %d) is no longer used", e.good.Version)
+		e.good = nil
+	}
+	err := fmt.Errorf("snapshot ConfigMap %s/%s refused, %s: it is not the controller's (gateways load only ConfigMaps named %s-<i>-of-<n> and labelled %s=%s)",
+		cm.Namespace, cm.Name, what, s.opts.SnapshotName, snapshot.LabelManagedBy, snapshot.ManagedByValue)
+	if s.opts.OnForeign != nil {
+		s.opts.OnForeign(cm, err)
+	} else {
+		s.report(err)
+	}
+	if had && s.listed {
 		s.update()
 	}
 }

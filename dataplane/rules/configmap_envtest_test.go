@@ -8,11 +8,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
 
+	"github.com/tollgate-dev/tollgate/dataplane/foreign"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -166,6 +172,79 @@ var _ = Describe("ConfigMapSource", func() {
 		Expect(missing(r.store, n)).To(BeEmpty())
 		Expect(r.store.Current().Count()).To(Equal(2))
 		Expect(r.rec.errors()).To(BeEmpty())
+	})
+
+	It("refuses a complete layout the controller does not own, even of a higher version", func() {
+		ns := newNamespace(true)
+		publish(ns, 1, 1, tenants(10))
+		// As the gateway wires it: the refusals go to a foreign.Reporter
+		// with a counter and an Event recorder that writes, as the gateway
+		// user, to the API server.
+		refused := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "refused_total"}, []string{"source"})
+		broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: gateway.EventsV1()})
+		evCtx, stopEvents := context.WithCancel(ctx)
+		Expect(broadcaster.StartRecordingToSinkWithContext(evCtx)).To(Succeed())
+		DeferCleanup(func() { stopEvents(); broadcaster.Shutdown() })
+		reporter := foreign.New(foreign.Options{Refused: refused, Recorder: broadcaster.NewRecorder(clientgoscheme.Scheme, "tollgate-gateway"),
+			Log: funcr.New(func(_, args string) { GinkgoWriter.Println(args) }, funcr.Options{})})
+		r := startSourceWith(ns, func(o *ConfigMapOptions) {
+			o.OnForeign = func(cm *corev1.ConfigMap, err error) { reporter.Refuse("rules", cm, err) }
+		})
+		Eventually(r.src.HasSynced, timeout, poll).Should(BeTrue())
+		Expect(r.store.Version()).To(Equal(int64(1)))
+
+		// A complete, valid layout of 2 shards at version 100 that carries
+		// the snapshot label but not the controller's managed-by label
+		// (restored from a backup, or another installation's): the
+		// controller neither updates nor deletes it, so a gateway that
+		// took it would keep it in force and refuse the controller's
+		// later versions as going backwards.
+		hostile := tenants(10)
+		hostile[0].Capacity = 999
+		theirs := shardConfigMaps(GinkgoT(), ns, "snap", 2, 100, hostile)
+		for _, cm := range theirs {
+			delete(cm.Labels, snapshot.LabelManagedBy)
+			_, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+			Expect(err).NotTo(HaveOccurred())
+		}
+		// A later write proves the foreign ConfigMaps' events were handled
+		// (events arrive in order): the controller's next version.
+		next := tenants(11)
+		publish(ns, 1, 2, next)
+		Eventually(r.store.Version, timeout, poll).Should(Equal(int64(2)))
+		Expect(missing(r.store, 11)).To(BeEmpty())
+		Expect(capacityOf(r.store, "tenant-0", "x")).To(Equal(int64(1)))
+		Expect(testutil.ToFloat64(refused.WithLabelValues("rules"))).To(Equal(2.0), "one refusal per foreign ConfigMap")
+		Expect(r.rec.errors()).To(BeEmpty(), "a refusal is not a reload error")
+
+		By("a Warning Event on each foreign ConfigMap, from the gateway")
+		Eventually(func(g Gomega) {
+			evs, err := admin.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			got := map[string]string{}
+			for _, e := range evs.Items {
+				if e.Reason == foreign.ReasonConfigMap && e.Regarding.Kind == "ConfigMap" && e.ReportingController == "tollgate-gateway" {
+					g.Expect(e.Type).To(Equal(corev1.EventTypeWarning))
+					g.Expect(e.Action).To(Equal(foreign.Action))
+					got[e.Regarding.Name] = e.Note
+				}
+			}
+			g.Expect(got).To(HaveLen(2))
+			for _, cm := range theirs {
+				g.Expect(got[cm.Name]).To(ContainSubstring("snapshot ConfigMap " + ns + "/" + cm.Name + " refused, gateways do not load it: it is not the controller's"))
+			}
+		}, timeout, poll).Should(Succeed())
+
+		By("a shard of the controller's that loses its managed-by label is dropped, and the rest stays in force")
+		cm, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, "snap-0-of-1", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		delete(cm.Labels, snapshot.LabelManagedBy)
+		_, err = admin.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() float64 { return testutil.ToFloat64(refused.WithLabelValues("rules")) }, timeout, poll).Should(Equal(3.0))
+		Expect(r.rec.errors()).To(ContainSubstring("version 2 stays in force"))
+		Expect(r.store.Version()).To(Equal(int64(2)))
+		Expect(missing(r.store, 11)).To(BeEmpty())
 	})
 
 	It("ignores ConfigMaps without the snapshot's label", func() {

@@ -71,8 +71,11 @@ func newNamespace(grant bool) string {
 	}
 	_, err = admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: "gateway"},
+		// As config/rbac/gateway_role.yaml: read ConfigMaps, create Events.
 		Rules: []rbacv1.PolicyRule{{
 			APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"},
+		}, {
+			APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create"},
 		}},
 	}, metav1.CreateOptions{})
 	Expect(err).NotTo(HaveOccurred())
@@ -99,9 +102,16 @@ type running struct {
 }
 
 // startSource runs a source for snapshot "snap" in ns until the spec ends.
-func startSource(ns string) *running {
+func startSource(ns string) *running { return startSourceWith(ns, nil) }
+
+// startSourceWith is startSource with options changed by edit (if not nil).
+func startSourceWith(ns string, edit func(*ConfigMapOptions)) *running {
 	r := &running{store: NewStore(defaultRule), rec: &cmRecorder{}, done: make(chan error, 1)}
-	r.src = NewConfigMapSource(gateway, r.store, r.rec.options(ns, "snap"))
+	opts := r.rec.options(ns, "snap")
+	if edit != nil {
+		edit(&opts)
+	}
+	r.src = NewConfigMapSource(gateway, r.store, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop = cancel
 	go func() { r.done <- r.src.Run(ctx) }()

@@ -147,9 +147,7 @@ func (s *Store) SetSecret(data map[string][]byte) {
 			if last := s.certs[ref]; last != nil {
 				certs[ref] = last
 			}
-			if s.onError != nil {
-				s.onError(fmt.Errorf("certificate of Secret %s does not load (its last good version, if any, stays in use): %w", ref, err))
-			}
+			s.report(fmt.Errorf("certificate of Secret %s does not load (its last good version, if any, stays in use): %w", ref, err))
 			continue
 		}
 		certs[ref] = &c
