@@ -15,6 +15,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -204,6 +205,55 @@ spec:
 		p50, p99 := lat[len(lat)/2], lat[len(lat)-1]
 		AddReportEntry("rule propagation to 3 gateways over 20 changes", fmt.Sprintf("p50 %v, p99 (max of 20) %v", p50, p99))
 		GinkgoWriter.Printf("propagation: p50 %v p99 %v all %v\n", p50, p99, lat)
+	})
+
+	It("refuses on every gateway a complete snapshot layout the controller does not own, of a higher version, and keeps taking the controller's", func() {
+		rule := &v1alpha1.RateLimitRule{}
+		rule.Name, rule.Namespace = "foreign-layout", "default"
+		rule.Spec = v1alpha1.RateLimitRuleSpec{Tenant: "foreign-t", Route: "*", Capacity: 5, RefillPerSecond: ptr(int64(1))}
+		Expect(k8s.Create(ctx, rule)).To(Succeed())
+		waitRule("foreign-t", "list-orders", 5)
+		before := map[string]float64{}
+		for _, g := range gateways {
+			before[g.name] = metric(g.admin+"/metrics", "tollgate_gateway_foreign_refused_total", `source="rules"`)
+		}
+
+		// A complete layout of 8 shards at a version far above the
+		// controller's, valid in every way but the managed-by label.
+		hostile := []snapshot.Rule{{Tenant: "foreign-t", Route: "*", Capacity: 999, RefillTokens: 1, RefillPeriodMs: 1000}}
+		var names []string
+		for i, part := range snapshot.PartitionFormat(hostile, 8, snapshot.FormatTenant) {
+			cm, err := snapshot.NewShardFormat(snapshot.FormatTenant, i, 8, 1<<40, part).ConfigMap(namespace, "tollgate-rules")
+			Expect(err).NotTo(HaveOccurred())
+			delete(cm.Labels, snapshot.LabelManagedBy)
+			Expect(k8s.Create(ctx, cm)).To(Succeed())
+			names = append(names, cm.Name)
+			DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(context.Background(), cm))).To(Succeed()) })
+		}
+		for _, g := range gateways {
+			Eventually(func() float64 {
+				return metric(g.admin+"/metrics", "tollgate_gateway_foreign_refused_total", `source="rules"`)
+			}, 10*time.Second, 10*time.Millisecond).Should(BeNumerically(">=", before[g.name]+8), g.name)
+		}
+		Expect(enforcedEverywhere("foreign-t", "5")).To(BeTrue(), "a gateway enforces the foreign layout")
+		Eventually(func(g Gomega) {
+			var evs eventsv1.EventList
+			g.Expect(k8s.List(ctx, &evs, client.InNamespace(namespace))).To(Succeed())
+			reported := map[string]bool{}
+			for _, e := range evs.Items {
+				if e.Reason == "ForeignConfigMap" && e.Action == "Load" && e.ReportingController == "tollgate-gateway" {
+					reported[e.Regarding.Name] = true
+				}
+			}
+			for _, n := range names {
+				g.Expect(reported).To(HaveKey(n))
+			}
+		}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+
+		By("the controller's next version is taken by every gateway")
+		Expect(k8s.Patch(ctx, rule, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"capacity":6}}`)))).To(Succeed())
+		waitRule("foreign-t", "list-orders", 6)
+		waitProgrammed("default", "foreign-layout")
 	})
 })
 
