@@ -93,7 +93,10 @@ func (r *GatewayAPIReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 	}
 	out := gatewayapi.Translate(in)
 	// The certificates first: a gateway that loads the table finds them.
-	pubErr := r.publishTLS(ctx, out, in)
+	data, pubErr := out.TLSData(in.Bundle)
+	if pubErr == nil {
+		pubErr = r.publishTLS(ctx, data)
+	}
 	if pubErr == nil {
 		pubErr = r.publish(ctx, out.Table)
 	}

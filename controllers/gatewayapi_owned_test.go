@@ -37,7 +37,6 @@ var _ = Describe("The route table ConfigMap and TLS Secret of its names without 
 		Expect(gotCM.BinaryData).To(Equal(cm.BinaryData))
 
 		crt, key := certtest.New("shop", "shop.example.com")
-		out := &gwOutput{certs: map[string]*certInfo{"shop/cert": {crt: crt, key: key}}}
 		c, k := routetable.CertKeys("shop/cert")
 		data := map[string][]byte{c: crt, k: key}
 		sec := &corev1.Secret{}
@@ -45,7 +44,7 @@ var _ = Describe("The route table ConfigMap and TLS Secret of its names without 
 		sec.Labels = map[string]string{routetable.LabelRouteTable: name}
 		sec.Type, sec.Data = corev1.SecretTypeOpaque, data
 		Expect(k8s.Create(ctx, sec)).To(Succeed())
-		Expect(r.publishTLS(ctx, out, &gwInput{bundle: data})).To(Succeed())
+		Expect(r.publishTLS(ctx, data)).To(Succeed())
 		var gotSec corev1.Secret
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sec), &gotSec)).To(Succeed())
 		Expect(gotSec.Labels).To(HaveKeyWithValue(snapshot.LabelManagedBy, snapshot.ManagedByValue))
@@ -54,7 +53,7 @@ var _ = Describe("The route table ConfigMap and TLS Secret of its names without 
 		By("and left alone once they carry them")
 		rv, srv := gotCM.ResourceVersion, gotSec.ResourceVersion
 		Expect(r.publish(ctx, table)).To(Succeed())
-		Expect(r.publishTLS(ctx, out, &gwInput{bundle: data})).To(Succeed())
+		Expect(r.publishTLS(ctx, data)).To(Succeed())
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), &gotCM)).To(Succeed())
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sec), &gotSec)).To(Succeed())
 		Expect(gotCM.ResourceVersion).To(Equal(rv))

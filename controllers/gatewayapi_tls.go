@@ -69,13 +69,10 @@ func (r *GatewayAPIReconciler) secretEvent(obj client.Object) bool {
 	return m == nil || (*m)[client.ObjectKeyFromObject(obj)]
 }
 
-// publishTLS writes the TLS Secret when its content changed (and creates it
-// only when there is a certificate to hold).
-func (r *GatewayAPIReconciler) publishTLS(ctx context.Context, out *gatewayapi.Output, in *gatewayapi.Input) error {
-	data, err := out.TLSData(in.Bundle)
-	if err != nil {
-		return err
-	}
+// publishTLS writes the TLS Secret with data (Output.TLSData) when its
+// content changed (and creates it only when there is a certificate to
+// hold).
+func (r *GatewayAPIReconciler) publishTLS(ctx context.Context, data map[string][]byte) error {
 	name := routetable.TLSSecretName(r.opts.RouteTableName)
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: r.opts.SnapshotNamespace, Name: name,
