@@ -56,11 +56,13 @@ type Options struct {
 	// Timeout bounds one Redis call (acquire, release, one renewal
 	// pipeline). Default 100ms.
 	Timeout time.Duration
-	// Down reports that Redis is known to be down (the limiter's circuit
-	// breaker is open). A failed acquire then follows the failure mode;
-	// otherwise only a refused or closed connection does, and a slow call
-	// is rejected (it may still have taken its slot in Redis).
-	Down func() bool
+	// Down reports that the Redis node holding key is known to be down
+	// (the limiter's circuit breaker for that node is not closed:
+	// limiter.Chain.Down). The acquire then makes no call and follows the
+	// failure mode; otherwise only a refused or closed connection does,
+	// and a slow call is rejected (it may still have taken its slot in
+	// Redis). In a Cluster only the tenants on a failed master are down.
+	Down func(ctx context.Context, key string) bool
 	// Tick is how often the renewal loop looks for due keys. Default 100ms.
 	Tick time.Duration
 	// OnRenew observes each renewal pipeline: the keys renewed and the
@@ -135,7 +137,7 @@ func New(opts Options) *Slots {
 		opts.Timeout = 100 * time.Millisecond
 	}
 	if opts.Down == nil {
-		opts.Down = func() bool { return false }
+		opts.Down = func(context.Context, string) bool { return false }
 	}
 	if opts.Tick <= 0 {
 		opts.Tick = 100 * time.Millisecond
@@ -174,16 +176,16 @@ func (s *Slots) Acquire(ctx context.Context, l Limit) (*Slot, Outcome) {
 	if s.opts.Client == nil {
 		return s.acquireLocal(l)
 	}
-	if s.opts.Down() {
+	if s.opts.Down(ctx, l.Key) {
 		// Known down: no call waits for a Redis that does not answer.
-		return s.failed(l, errDown)
+		return s.failed(ctx, l, errDown)
 	}
 	member := s.id + ":" + strconv.FormatUint(s.seq.Add(1), 36)
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	call, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	// Held before the call, so a renewal due meanwhile covers it.
 	s.track(l, member)
-	vals, err := script.Run(ctx, s.opts.Client, []string{l.Key}, "acquire", member, l.Max, l.Lease.Milliseconds(), s.clock.deadline(ctx)).Int64Slice()
+	vals, err := script.Run(call, s.opts.Client, []string{l.Key}, "acquire", member, l.Max, l.Lease.Milliseconds(), s.clock.deadline(call)).Int64Slice()
 	if err == nil && len(vals) < 3 {
 		err = errors.New("concurrency.lua: short reply")
 	}
@@ -205,7 +207,7 @@ func (s *Slots) Acquire(ctx context.Context, l Limit) (*Slot, Outcome) {
 			// instant, which the lease covers.)
 			go s.releaseRedis(l.Key, member)
 		}
-		return s.failed(l, err)
+		return s.failed(ctx, l, err)
 	}
 	out := Outcome{Allowed: vals[0] == 1, Held: vals[1], Limit: l.Max, Source: limiter.SourceRedis}
 	if !out.Allowed {
@@ -216,16 +218,17 @@ func (s *Slots) Acquire(ctx context.Context, l Limit) (*Slot, Outcome) {
 }
 
 // failed decides by the failure mode after a failed acquire.
-func (s *Slots) failed(l Limit, err error) (*Slot, Outcome) {
+func (s *Slots) failed(ctx context.Context, l Limit, err error) (*Slot, Outcome) {
 	switch l.FailureMode {
 	case snapshot.FailOpen:
 		return nil, Outcome{Allowed: true, Limit: l.Max, Source: limiter.SourceFailOpen}
 	case snapshot.FailClosed:
 		return nil, Outcome{Limit: l.Max, Source: limiter.SourceFailClosed}
 	}
-	if s.opts.Down() || limiter.RedisGone(err) || limiter.IsScriptError(err) {
-		// Redis cannot decide: down, gone, or the script fails on this
-		// key on every gateway (it holds no slot any gateway could count).
+	if errors.Is(err, errDown) || s.opts.Down(ctx, l.Key) || limiter.RedisGone(err) || limiter.IsScriptError(err) {
+		// Redis cannot decide: the key's node is down, gone, or the script
+		// fails on this key on every gateway (it holds no slot any gateway
+		// could count).
 		return s.acquireLocal(l)
 	}
 	// Redis is not known to be down and the call may have taken a slot:

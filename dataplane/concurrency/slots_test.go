@@ -235,7 +235,7 @@ func TestKnownDownSkipsRedis(t *testing.T) {
 	srv.Pause() // a Redis that accepts connections and never answers
 	defer srv.Resume()
 	down := true
-	s := New(Options{Client: c, GatewayID: "gw", Down: func() bool { return down }, Timeout: time.Hour})
+	s := New(Options{Client: c, GatewayID: "gw", Down: func(context.Context, string) bool { return down }, Timeout: time.Hour})
 	l := limit(Key("shop", "orders"), 2, time.Second)
 	slot, out := s.Acquire(context.Background(), l)
 	if !out.Allowed || out.Source != limiter.SourceLocal || out.Limit != 2 {

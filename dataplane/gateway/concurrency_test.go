@@ -91,7 +91,7 @@ func concCluster(t *testing.T, srv *redistest.Server, up string, rules string) [
 	return gws
 }
 
-func slotCount(t *testing.T, c *redis.Client, key string) int64 {
+func slotCount(t *testing.T, c redis.Cmdable, key string) int64 {
 	t.Helper()
 	n, err := c.ZCard(context.Background(), key).Result()
 	if err != nil {
@@ -518,9 +518,16 @@ func TestExplainConcurrency(t *testing.T) {
 // upstream holds it.
 func holdOne(t *testing.T, gw *running, up *heldUpstream) {
 	t.Helper()
+	hold(t, gw, up, "POST", "shop")
+}
+
+// hold sends one request (method on /orders) for tenant through gw and
+// returns once the upstream holds it.
+func hold(t *testing.T, gw *running, up *heldUpstream, method, tenant string) {
+	t.Helper()
 	go func() {
-		req, _ := http.NewRequest("POST", gw.url+"/orders", nil)
-		req.Header.Set("X-Api-Key", "shop")
+		req, _ := http.NewRequest(method, gw.url+"/orders", nil)
+		req.Header.Set("X-Api-Key", tenant)
 		if res, err := client.Do(req); err == nil {
 			res.Body.Close()
 		}

@@ -208,7 +208,7 @@ func (g *Gateway) buildSlots() {
 	}
 	opts := concurrency.Options{
 		GatewayID: id, Replicas: g.members.Replicas, Timeout: max(g.opts.RedisMaxWait, g.opts.RedisTimeout),
-		Down: func() bool { return g.chain.State() == "open" },
+		Down: g.chain.Down,
 	}
 	if g.redis != nil {
 		opts.Client = g.redis

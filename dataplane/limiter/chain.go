@@ -242,6 +242,13 @@ func (c *Chain) State() string {
 	return c.breaker.State()
 }
 
+// Down reports whether the breaker of the Redis node that holds key is
+// open (or probing): calls on key fail at once (see Breakers.Down). Always
+// false for a local-only chain.
+func (c *Chain) Down(ctx context.Context, key string) bool {
+	return c.breaker != nil && c.breaker.Down(ctx, key)
+}
+
 // LastError is Redis's most recent error, for logs.
 func (c *Chain) LastError() error {
 	if c.breaker == nil {

@@ -40,14 +40,20 @@ func NewBreakers(next Taker, client BatchClient, pinger Pinger, opts BreakerOpti
 	return bs
 }
 
-// forKey returns the breaker of the node that holds key, and the node.
-func (bs *Breakers) forKey(ctx context.Context, key string) (*Breaker, string) {
-	node, pinger := "", bs.single
+// nodeOf is the node that holds key ("" for a single server, or when the
+// Cluster's slot map cannot say) and its pinger.
+func (bs *Breakers) nodeOf(ctx context.Context, key string) (string, Pinger) {
 	if bs.cluster != nil {
 		if c, err := bs.cluster.MasterForKey(ctx, key); err == nil {
-			node, pinger = c.Options().Addr, clientPinger{c}
+			return c.Options().Addr, clientPinger{c}
 		}
 	}
+	return "", bs.single
+}
+
+// forKey returns the breaker of the node that holds key, and the node.
+func (bs *Breakers) forKey(ctx context.Context, key string) (*Breaker, string) {
+	node, pinger := bs.nodeOf(ctx, key)
 	if br, ok := bs.nodes.Load(node); ok {
 		return br.(*Breaker), node
 	}
@@ -91,6 +97,18 @@ func (bs *Breakers) Run(ctx context.Context) {
 	ticker.Every(ctx, max(bs.opts.OpenFor/2, 10*time.Millisecond), func() {
 		bs.each(func(br *Breaker) { br.probe(ctx) })
 	})
+}
+
+// Down reports whether the breaker of the node that holds key is not
+// closed (open, or half-open while its probe runs): a call for key would
+// fail at once with ErrOpen. A node no call went to yet is not down. Other
+// Redis calls on key (the concurrency slots: mi:{tenant}:route shares the
+// hash tag of the tenant's buckets) ask it, so that a dead master sends
+// only its own tenants to their failure mode.
+func (bs *Breakers) Down(ctx context.Context, key string) bool {
+	node, _ := bs.nodeOf(ctx, key)
+	br, ok := bs.nodes.Load(node)
+	return ok && !br.(*Breaker).closed.Load()
 }
 
 // State is the worst state among the nodes: "open" when any node's breaker
