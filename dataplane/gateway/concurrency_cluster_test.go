@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/dataplane/concurrency"
-	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 )
 
 // TestConcurrencyClusterNodeLoss: in a Redis Cluster, a dead master is the
@@ -20,21 +18,7 @@ import (
 // in Redis, the third request refused by Redis); tenant b follows its
 // failure mode (LocalFallback: one slot per gateway, refused locally).
 func TestConcurrencyClusterNodeLoss(t *testing.T) {
-	cluster := redistest.StartCluster(t, 3)
-	ctx := context.Background()
-	for _, n := range cluster.Nodes() {
-		if err := n.Client(t).ConfigSet(ctx, "cluster-require-full-coverage", "no").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cc := cluster.Client(t)
-	master := func(key string) string {
-		c, err := cc.MasterForKey(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.Options().Addr
-	}
+	cluster, cc, master := partialCluster(t)
 	keyA := func(tenant string) string { return concurrency.Key(tenant, "create-order") }
 	const tenantB = "shop-b"
 	keyB := concurrency.Key(tenantB, "list-orders")
@@ -48,15 +32,7 @@ func TestConcurrencyClusterNodeLoss(t *testing.T) {
 	}
 	up := newHeldUpstream(t)
 	conc := "concurrency: {maxInFlight: 2, leaseSeconds: 60}"
-	e := newEnv(t, up.URL, rule("a", tenantA, "create-order", 1000, slow, conc)+rule("b", tenantB, "list-orders", 1000, slow, conc))
-	var gws []*running
-	for range 2 {
-		o := e.options(cluster.Addrs()[0])
-		o.Redis.Mode, o.Redis.Addrs = "cluster", cluster.Addrs()
-		o.Replicas = 2
-		o.RedisTimeout, o.BreakerOpenFor = 100*time.Millisecond, 200*time.Millisecond
-		gws = append(gws, start(t, o, testLogger(t)))
-	}
+	gws := clusterGateways(t, cluster, newEnv(t, up.URL, rule("a", tenantA, "create-order", 1000, slow, conc)+rule("b", tenantB, "list-orders", 1000, slow, conc)))
 
 	for _, n := range cluster.Nodes() {
 		if n.Addr() == deadAddr {

@@ -298,22 +298,10 @@ func TestBreakerWatchesRedisNotTheCache(t *testing.T) {
 // (no local decision, not one extra admission), "lost" falls back within its
 // bound, and when the node returns it goes back to Redis.
 func TestClusterNodeLoss(t *testing.T) {
-	cluster := redistest.StartCluster(t, 3)
+	cluster, cc, nodeOf := partialCluster(t)
 	ctx := context.Background()
-	for _, n := range cluster.Nodes() {
-		if err := n.Client(t).ConfigSet(ctx, "cluster-require-full-coverage", "no").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cc := cluster.Client(t)
 	// Find a tenant on another master than "lost".
-	master := func(tenant string) string {
-		c, err := cc.MasterForKey(ctx, "rl:{"+tenant+"}:create-order")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.Options().Addr
-	}
+	master := func(tenant string) string { return nodeOf("rl:{" + tenant + "}:create-order") }
 	lostAddr := master("lost")
 	var kept string
 	for i := range 100 {
@@ -324,15 +312,7 @@ func TestClusterNodeLoss(t *testing.T) {
 	}
 	rules := rule("lost", "lost", "create-order", 20, slow) + rule("kept", kept, "create-order", 20, slow)
 	up := echoUpstream(t)
-	e := newEnv(t, up.URL, rules)
-	var gws []*running
-	for range 2 {
-		o := e.options(cluster.Addrs()[0])
-		o.Redis.Mode, o.Redis.Addrs = "cluster", cluster.Addrs()
-		o.Replicas = 2
-		o.RedisTimeout, o.BreakerOpenFor = 100*time.Millisecond, 200*time.Millisecond
-		gws = append(gws, start(t, o, testLogger(t)))
-	}
+	gws := clusterGateways(t, cluster, newEnv(t, up.URL, rules))
 	sequential := func(tenant string, n int) (admitted int) {
 		for i := range n {
 			if res, _ := send(t, "POST", gws[i%2].url+"/orders", tenant); res.StatusCode == 200 {

@@ -16,9 +16,11 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-dev/tollgate/dataplane/gateway"
 	"github.com/tollgate-dev/tollgate/dataplane/redisconf"
+	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 )
 
 // echoUpstream answers every request with 200 and a description of what it
@@ -169,6 +171,46 @@ func start(t *testing.T, o gateway.Options, log logr.Logger) *running {
 	t.Cleanup(stop)
 	waitFor(t, 10*time.Second, "gateway ready", gw.Ready)
 	return &running{Gateway: gw, url: "http://" + gw.Addr(), stop: stop}
+}
+
+// partialCluster starts a Redis Cluster of three masters that keeps
+// serving the slots of the live ones when a master dies
+// (cluster-require-full-coverage no), its client, and master, the address
+// of the master that holds a key.
+func partialCluster(t *testing.T) (*redistest.Cluster, *redis.ClusterClient, func(key string) string) {
+	t.Helper()
+	cluster := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	for _, n := range cluster.Nodes() {
+		if err := n.Client(t).ConfigSet(ctx, "cluster-require-full-coverage", "no").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cc := cluster.Client(t)
+	master := func(key string) string {
+		c, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Options().Addr
+	}
+	return cluster, cc, master
+}
+
+// clusterGateways starts two gateways (--replicas 2) of e on cluster, with
+// a short Redis timeout and breaker period so that a dead master's breaker
+// opens and probes quickly.
+func clusterGateways(t *testing.T, cluster *redistest.Cluster, e *env) []*running {
+	t.Helper()
+	var gws []*running
+	for range 2 {
+		o := e.options(cluster.Addrs()[0])
+		o.Redis.Mode, o.Redis.Addrs = "cluster", cluster.Addrs()
+		o.Replicas = 2
+		o.RedisTimeout, o.BreakerOpenFor = 100*time.Millisecond, 200*time.Millisecond
+		gws = append(gws, start(t, o, testLogger(t)))
+	}
+	return gws
 }
 
 // testLogger logs into the test's output.

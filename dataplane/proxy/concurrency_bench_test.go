@@ -1,12 +1,9 @@
 package proxy_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -54,9 +51,9 @@ func BenchmarkForwardRedis(b *testing.B) {
 			}))
 			defer up.Close()
 			h := redisHandler(b, client, up.URL, c.maxInFlight, c.cost, c.quota)
-			before := scriptCalls(b, client)
+			before := redistest.ScriptCalls(b, client)
 			forwardLoop(b, h, "shop")
-			b.ReportMetric(float64(scriptCalls(b, client)-before)/float64(b.N), "redis-calls/req")
+			b.ReportMetric(float64(redistest.ScriptCalls(b, client)-before)/float64(b.N), "redis-calls/req")
 		})
 	}
 }
@@ -83,22 +80,4 @@ func redisHandler(b *testing.B, client *redis.Client, upstream string, maxInFlig
 	})
 	b.Cleanup(h.Close)
 	return h
-}
-
-// scriptCalls is the number of EVALSHA and EVAL calls Redis has run.
-func scriptCalls(b *testing.B, c *redis.Client) int64 {
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var n int64
-	for _, line := range strings.Split(info, "\r\n") {
-		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
-			if v, ok := strings.CutPrefix(line, cmd); ok {
-				calls, _ := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
-				n += calls
-			}
-		}
-	}
-	return n
 }

@@ -10,6 +10,8 @@ package redistest
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -71,6 +73,27 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 	c := s.Redis.Client()
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// ScriptCalls is the number of script calls (EVALSHA and EVAL) Redis has
+// run on c's server since it started or since CONFIG RESETSTAT, from INFO
+// commandstats.
+func ScriptCalls(t testing.TB, c redis.Cmdable) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if v, ok := strings.CutPrefix(line, cmd); ok {
+				calls, _ := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
+				n += calls
+			}
+		}
+	}
+	return n
 }
 
 // Restart starts a fresh redis-server on the same port and with the same
