@@ -12,8 +12,13 @@
 -- ARGV[3]  refill period    milliseconds (integer >= 1)
 -- ARGV[4]  cost             tokens this call needs at least (integer >= 1);
 --                           negative: give -cost tokens back, up to the
---                           capacity (a request spread over the shards of a
---                           bucket that did not get all it needed)
+--                           capacity, and off the quota period's count,
+--                           never below zero (a request spread over the
+--                           shards of a bucket that did not get all it
+--                           needed, or one refused a concurrency slot after
+--                           its decision; the gateway then passes the
+--                           period the take counted in as the only one,
+--                           A ending never, so the refund counts there)
 -- ARGV[5]  want             tokens to take at most when available (>= cost);
 --                           equal to cost for one plain request, larger when
 --                           a gateway takes a batch for several requests

@@ -53,6 +53,10 @@ type Decision struct {
 	// QuotaLimit is the calendar quota this gateway enforces for the rule
 	// (its region's share); 0 without a quota.
 	QuotaLimit int64
+
+	// shard is 1 + the shard that decided, for Refund; 0 when the rule is
+	// not sharded.
+	shard int
 }
 
 // Engine decides. Safe for concurrent use.
@@ -98,13 +102,42 @@ func (e *Engine) DecideRule(ctx context.Context, tenant, route string, rule *sna
 	shards := max(1, int(rule.Shards))
 	var d limiter.Outcome
 	var err error
+	shard := -1
 	if shards == 1 {
 		b.Prefetch = e.batch(rule, b)
 		d, err = e.opts.Limiter.Allow(ctx, b, cost)
 	} else {
-		d, err = e.sharded(ctx, tenant, route, region, rule, b, shards, cost)
+		d, shard, err = e.sharded(ctx, tenant, route, region, rule, b, shards, cost)
 	}
-	return Decision{Outcome: d, Limit: max(1, int64(b.Capacity)), QuotaLimit: b.Quota.Whole}, err
+	return Decision{Outcome: d, Limit: max(1, int64(b.Capacity)), QuotaLimit: b.Quota.Whole, shard: shard + 1}, err
+}
+
+// Refund gives back what d took, when a later check refuses the request d
+// admitted (the HTTP proxy's concurrency slot): the same tokens into the
+// same bucket, shard or region share, quota period, prefetched tokens or
+// local bucket (limiter.Refunder). rule is the rule d was decided under.
+// It returns d as the refund left it, for the limit headers: what it gave
+// back is remaining again. A limiter that cannot refund (no
+// limiter.Refunder) gives back nothing; so does a decision that took
+// nothing (rejected, or FailOpen). An error says the tokens stay spent.
+func (e *Engine) Refund(ctx context.Context, tenant, route string, rule *snapshot.Rule, d Decision) (Decision, error) {
+	rf, ok := e.opts.Limiter.(limiter.Refunder)
+	cost := d.Taken()
+	if !ok || cost == 0 {
+		return d, nil
+	}
+	b, region := e.bucket(tenant, route, rule)
+	if d.shard > 0 {
+		b = shardBucket(b, tenant, route, region, d.shard-1, max(1, int(rule.Shards)))
+	}
+	if err := rf.Refund(ctx, b, d.Outcome); err != nil {
+		return d, err
+	}
+	d.Remaining = min(d.Limit, d.Remaining+cost)
+	if d.Quota.Set {
+		d.Quota.Remaining = min(d.QuotaLimit, d.Quota.Remaining+cost)
+	}
+	return d, nil
 }
 
 // bucket is the bucket this gateway uses for tenant on route: the whole rule,
@@ -151,37 +184,45 @@ func shardQuota(q limiter.Quota, shardKey string, i, shards int) limiter.Quota {
 	return q
 }
 
+// shardBucket is shard i of b split into n shards, with its part of the
+// quota.
+func shardBucket(b limiter.Bucket, tenant, route, region string, i, n int) limiter.Bucket {
+	sb := b
+	sb.Capacity = b.Capacity / float64(n)
+	sb.RefillPeriodMs = b.RefillPeriodMs * int64(n)
+	sb.Shards, sb.WholeKey = n, b.Key
+	sb.Key = limiter.ShardKey(tenant, route, region, i)
+	sb.Quota = shardQuota(b.Quota, sb.Key, i, n)
+	return sb
+}
+
 // sharded tries the shards of b, starting at a random one, until one has
 // the tokens: a sharded bucket only rejects when every shard is empty. The
 // limiter's empty-bucket cache makes shards known to be empty cost no call.
-func (e *Engine) sharded(ctx context.Context, tenant, route, region string, rule *snapshot.Rule, b limiter.Bucket, shards int, cost int64) (limiter.Outcome, error) {
-	sb := b
-	sb.Capacity = b.Capacity / float64(shards)
-	sb.RefillPeriodMs = b.RefillPeriodMs * int64(shards)
-	sb.Prefetch = e.batch(rule, sb)
-	sb.Shards, sb.WholeKey = shards, b.Key
+// It returns the shard that decided (the first tried for a spread cost).
+func (e *Engine) sharded(ctx context.Context, tenant, route, region string, rule *snapshot.Rule, b limiter.Bucket, shards int, cost int64) (limiter.Outcome, int, error) {
 	start := e.opts.Pick(shards)
-	if sp, ok := e.opts.Limiter.(limiter.Spreader); ok && float64(cost) > math.Floor(sb.Capacity) {
+	prefetch := e.batch(rule, shardBucket(b, tenant, route, region, start, shards))
+	if sp, ok := e.opts.Limiter.(limiter.Spreader); ok && float64(cost) > math.Floor(b.Capacity/float64(shards)) {
 		// No shard can ever hold cost tokens (a shard grants whole
 		// tokens): take them from several.
 		all := make([]limiter.Bucket, shards)
 		for k := range all {
-			i := (start + k) % shards
-			all[k] = sb
-			all[k].Key = limiter.ShardKey(tenant, route, region, i)
-			all[k].Quota = shardQuota(b.Quota, all[k].Key, i, shards)
+			all[k] = shardBucket(b, tenant, route, region, (start+k)%shards, shards)
+			all[k].Prefetch = prefetch
 		}
-		return sp.AllowSpread(ctx, all, cost)
+		d, err := sp.AllowSpread(ctx, all, cost)
+		return d, start, err
 	}
 	var last limiter.Outcome
 	retry := int64(-1)
 	for k := range shards {
 		i := (start + k) % shards
-		sb.Key = limiter.ShardKey(tenant, route, region, i)
-		sb.Quota = shardQuota(b.Quota, sb.Key, i, shards)
+		sb := shardBucket(b, tenant, route, region, i, shards)
+		sb.Prefetch = prefetch
 		d, err := e.opts.Limiter.Allow(ctx, sb, cost)
 		if err != nil {
-			return d, err
+			return d, i, err
 		}
 		if d.Allowed || d.Source != limiter.SourceRedis {
 			// Allowed, or decided without Redis: the local fallback keeps
@@ -192,7 +233,7 @@ func (e *Engine) sharded(ctx context.Context, tenant, route, region string, rule
 				d.Remaining *= int64(shards)
 				d.Quota.Remaining *= int64(shards)
 			}
-			return d, nil
+			return d, i, nil
 		}
 		if d.RetryAfter >= 0 && (retry < 0 || int64(d.RetryAfter) < retry) {
 			retry = int64(d.RetryAfter)
@@ -200,7 +241,7 @@ func (e *Engine) sharded(ctx context.Context, tenant, route, region string, rule
 		last = d
 	}
 	last.RetryAfter = time.Duration(retry)
-	return last, nil
+	return last, -1, nil
 }
 
 // batch is the prefetch batch for bucket b of rule: 0 (none) unless the rule

@@ -661,6 +661,7 @@ func (w *worker) execRedis(calls []call, resend bool, deadline time.Time) int {
 // call, the first ones get the granted tokens.
 func (bt *Batcher) answer(c *call, now time.Time) {
 	res, redisNow, err := c.result()
+	res.countIn(&c.ops[0].b, redisNow)
 	if redisNow > 0 {
 		bt.heard(c.ops[0].b.node)
 		bt.clock.observe(redisNow, now)

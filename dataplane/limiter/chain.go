@@ -167,7 +167,14 @@ func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Outcome, error
 		c.local.Observe(b, r.Remaining)
 		c.local.ObserveQuota(b, r.Quota)
 	}
-	return r.outcome(cost), nil
+	d := r.outcome(cost)
+	if d.Allowed {
+		d.taken = taken{from: takenRedis, cost: cost, quotaStart: r.Quota.Start}
+		if r.Cached {
+			d.taken.from = takenCache
+		}
+	}
+	return d, nil
 }
 
 // failed decides a request of cost on b whose call to Redis failed with

@@ -150,6 +150,9 @@ type Outcome struct {
 	// Quota is the calendar quota's state after the request (Set only for
 	// a rule with a quota; not set when the failure mode decided).
 	Quota QuotaOutcome
+
+	// taken is what an admitted request took, for Refund.
+	taken taken
 }
 
 // Limiter decides whether requests may pass. Chain and Local implement it.

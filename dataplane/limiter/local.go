@@ -62,6 +62,9 @@ type localBucket struct {
 	last     time.Time // last refill
 	// sending: made by Sending, and Redis has not answered since.
 	sending bool
+	// gen counts Redis's answers mirrored into the bucket (Observe): a
+	// refund gives back only to the bucket its take was made from.
+	gen uint32
 }
 
 // NewLocal returns an empty set of local buckets.
@@ -131,6 +134,7 @@ func (l *Local) Observe(b Bucket, remaining int64) {
 	bk := l.bucket(sh, key, capacity, perMs, now)
 	bk.tokens = min(capacity, whole/n)
 	bk.sending = false
+	bk.gen++
 	sh.mu.Unlock()
 }
 
@@ -203,6 +207,7 @@ func (l *Local) Decide(b Bucket, cost int64) Outcome {
 		bk.tokens -= float64(cost)
 		d.Allowed = true
 		q.spend(cost)
+		d.taken = taken{from: takenLocal, cost: cost, local: bk, localGen: bk.gen, localQuota: q}
 	} else if float64(cost) > capacity {
 		d.RetryAfter = -1
 	} else {

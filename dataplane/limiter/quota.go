@@ -99,6 +99,9 @@ type QuotaResult struct {
 	// Short: the quota holds fewer tokens than the call's cost now (for a
 	// rejected call: the quota refused it).
 	Short bool
+	// Start is the start of the period the call counted in (of the
+	// bucket's two: Quota.Start or Quota.Switch), by Redis's time.
+	Start int64
 }
 
 // QuotaOutcome is the quota's state after a decision.

@@ -44,6 +44,7 @@ func (l *Redis) Take(ctx context.Context, b Bucket, cost, want int64) (TakeResul
 	keys, args := ScriptCall(&b, cost, want, l.clock.deadline(ctx), l.Layout)
 	cmd := tokenBucket.Run(ctx, l.client, keys, args...)
 	res, now, err := parseReply(cmd)
+	res.countIn(&b, now)
 	if now > 0 {
 		l.clock.observe(now, time.Now())
 	}

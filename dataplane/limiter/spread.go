@@ -62,14 +62,14 @@ func (c *Chain) AllowSpread(ctx context.Context, shards []Bucket, cost int64) (O
 		remaining += r.Remaining
 		sq.add(r)
 		if r.Granted > 0 {
-			took = append(took, part{b, r.Granted})
+			took = append(took, part{b, r.Granted, r.Quota.Start})
 			need -= r.Granted
 		}
 		if need <= 0 {
 			// Remaining is an estimate: the shards asked, scaled to all.
 			est := remaining * n / int64(i+1)
 			return Outcome{Allowed: true, Remaining: est, ResetAfter: msDuration((whole - float64(est)) / perMs), Source: SourceRedis,
-				Quota: sq.outcome(n, int64(i+1), false)}, nil
+				Quota: sq.outcome(n, int64(i+1), false), taken: taken{from: takenSpread, cost: cost, parts: &took}}, nil
 		}
 	}
 	c.giveBack(took)
@@ -126,10 +126,12 @@ func (s *spreadQuota) outcome(n, asked int64, refused bool) QuotaOutcome {
 	return QuotaOutcome{Set: true, Remaining: s.remaining * n / asked, ResetAfter: msDuration(float64(s.resetMs)), Refused: refused}
 }
 
-// part is what a spread request took from one shard, in units.
+// part is what a spread request took from one shard, in units, and the
+// quota period it counted them in.
 type part struct {
-	b     Bucket
-	units int64
+	b          Bucket
+	units      int64
+	quotaStart int64
 }
 
 // giveBack returns what a rejected spread request took, on a context of
@@ -142,10 +144,6 @@ func (c *Chain) giveBack(took []part) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.MaxWait)
 	defer cancel()
 	for _, p := range took {
-		c.cache.Refilled(p.b)
-		if r, err := c.breaker.Take(ctx, p.b, -p.units, -p.units); err == nil {
-			c.local.Observe(p.b, r.Remaining)
-			c.cache.learn(p.b, r)
-		}
+		_ = c.giveBackCall(ctx, p.b, p.units, p.quotaStart)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate-dev/tollgate/dataplane/concurrency"
+	"github.com/tollgate-dev/tollgate/dataplane/decision"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/limitheaders"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
@@ -28,12 +29,14 @@ func (s *heldSlot) release() {
 }
 
 // takeSlot takes the request's concurrency slot when rule caps concurrency
-// (spec.concurrency), after the token bucket admitted it. ok is false when
-// the request was answered instead: 429 with Retry-After: 1 over the limit,
-// 503 when Redis cannot answer and the rule fails closed. A Shadow rule
-// never refuses; its request goes on without a slot. With IETF headers on,
-// the limit is a second item of RateLimit-Policy and RateLimit.
-func (h *Handler) takeSlot(w http.ResponseWriter, r *http.Request, up *upstream, tenant string, rule *snapshot.Rule) (held *heldSlot, ok bool) {
+// (spec.concurrency), after the token bucket admitted it (decision d). ok
+// is false when the request was answered instead: 429 with Retry-After: 1
+// over the limit, 503 when Redis cannot answer and the rule fails closed;
+// what d took is given back first (refundRefused), so the refusal costs
+// nothing and a retry finds it. A Shadow rule never refuses; its request
+// goes on without a slot. With IETF headers on, the limit is a second item
+// of RateLimit-Policy and RateLimit.
+func (h *Handler) takeSlot(w http.ResponseWriter, r *http.Request, up *upstream, tenant string, rule *snapshot.Rule, d decision.Decision) (held *heldSlot, ok bool) {
 	limit := rule.InFlightLimit(h.opts.Region)
 	if limit == 0 || h.opts.Slots == nil {
 		return nil, true
@@ -43,6 +46,10 @@ func (h *Handler) takeSlot(w http.ResponseWriter, r *http.Request, up *upstream,
 		key = concurrency.RegionKey(tenant, up.id, h.opts.Region)
 	}
 	slot, out := h.opts.Slots.Acquire(r.Context(), concurrency.Limit{Key: key, Max: limit, Lease: rule.Lease(), FailureMode: rule.FailureMode})
+	refused := !out.Allowed && !rule.Shadow
+	if refused {
+		h.refundRefused(w, r, up, tenant, rule, d)
+	}
 	if h.opts.IETFHeaders {
 		remaining := out.Limit - out.Held
 		if !out.Allowed {
@@ -61,7 +68,7 @@ func (h *Handler) takeSlot(w http.ResponseWriter, r *http.Request, up *upstream,
 		return &heldSlot{slot: slot, gauge: g}, true
 	}
 	rejections := h.opts.Metrics.ConcurrencyRejections
-	if rule.Shadow {
+	if !refused {
 		rejections.WithLabelValues(up.id, metrics.ResultShadowRejected, out.Source.String()).Inc()
 		w.Header().Set(headerShadow, limitheaders.WouldReject)
 		return nil, true
@@ -74,4 +81,17 @@ func (h *Handler) takeSlot(w http.ResponseWriter, r *http.Request, up *upstream,
 	}
 	h.reply(w, up.id, http.StatusTooManyRequests, "concurrency limit exceeded")
 	return nil, false
+}
+
+// refundRefused gives back what decision d took for a request refused its
+// slot, before the answer is written, and rewrites the limit headers as the
+// refund left the bucket (and quota). A failed refund leaves the tokens
+// spent (fewer admissions, never more) and the headers as they were.
+func (h *Handler) refundRefused(w http.ResponseWriter, r *http.Request, up *upstream, tenant string, rule *snapshot.Rule, d decision.Decision) {
+	d, err := h.opts.Decider.Refund(r.Context(), tenant, up.id, rule, d)
+	if err != nil {
+		h.log.Error(err, "giving back the tokens of a request refused a concurrency slot failed: they stay spent", "route", up.id)
+		return
+	}
+	setLimitHeaders(w.Header(), up.id, rule, d, h.opts.IETFHeaders)
 }

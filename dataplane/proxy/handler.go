@@ -77,6 +77,10 @@ type Decider interface {
 	DecideRule(ctx context.Context, tenant, route string, rule *snapshot.Rule, cost int64) (decision.Decision, error)
 	// Charge charges a response's cost, into debt if need be.
 	Charge(ctx context.Context, tenant, route string, rule *snapshot.Rule, cost int64) limiter.Charged
+	// Refund gives back what decision d took, for a request refused
+	// after it (a concurrency slot), and returns d as the refund left it;
+	// an error says it stays spent.
+	Refund(ctx context.Context, tenant, route string, rule *snapshot.Rule, d decision.Decision) (decision.Decision, error)
 }
 
 // Handler is the gateway's http.Handler.
@@ -207,7 +211,7 @@ func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *up
 	// The slot is released when forwarding ends: the response body sent,
 	// the client gone, the upstream failed, an upgraded connection closed,
 	// or a panic (http.ErrAbortHandler) on the way out.
-	slot, ok := h.takeSlot(w, r, up, tenant, rule)
+	slot, ok := h.takeSlot(w, r, up, tenant, rule, d)
 	if !ok {
 		return
 	}
