@@ -48,12 +48,14 @@ func quotaCount(t *testing.T, c redis.Cmdable) int64 {
 // they were never sent, and once the slot is free five requests pass (the
 // quota's 6), the bucket left at 10-6. The next one is refused by the quota
 // in the same script call as the bucket (no token taken) and takes no
-// slot: one script call in Redis, no acquire.
+// slot: one script call in Redis, no acquire; so does a request the bucket
+// refuses.
 func TestConcurrencyRefusalCostsNothing(t *testing.T) {
 	srv := redistest.Start(t)
 	up := newHeldUpstream(t)
 	e := newEnv(t, up.URL, rule("conc", "shop", "create-order", 10, slow,
-		"quota: {limit: 6, period: Day}", "concurrency: {maxInFlight: 1, leaseSeconds: 60}"))
+		"quota: {limit: 6, period: Day}", "concurrency: {maxInFlight: 1, leaseSeconds: 60}")+
+		rule("lean", "lean", "create-order", 1, slow, "concurrency: {maxInFlight: 1, leaseSeconds: 60}"))
 	o := e.options(srv.Addr())
 	o.IETFHeaders = true
 	gw := start(t, o, testLogger(t))
@@ -101,5 +103,20 @@ func TestConcurrencyRefusalCostsNothing(t *testing.T) {
 	}
 	if n := redistest.ScriptCalls(t, c); n != 1 {
 		t.Fatalf("a request the quota refused made %d script calls, want 1 (the decision; no slot acquire)", n)
+	}
+
+	// The token bucket refusing: a bucket of 1, its token spent.
+	if res, _ := send(t, "POST", gw.url+"/orders", "lean"); res.StatusCode != http.StatusOK {
+		t.Fatalf("tenant lean's first request: %d", res.StatusCode)
+	}
+	waitFor(t, 30*time.Second, "slot released", func() bool { return slotCount(t, c, concurrency.Key("lean", "create-order")) == 0 })
+	if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res, body := send(t, "POST", gw.url+"/orders", "lean"); res.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, "rate limit exceeded") {
+		t.Fatalf("tenant lean's second request: %d %s, want 429 from the bucket", res.StatusCode, body)
+	}
+	if n := redistest.ScriptCalls(t, c); n != 1 {
+		t.Fatalf("a request the bucket refused made %d script calls, want 1 (the decision; no slot acquire)", n)
 	}
 }
