@@ -65,7 +65,7 @@ type RequestCost struct {
 
 // ResponseCost is the cost an upstream reports in its response.
 // +kubebuilder:validation:XValidation:rule="has(self.header) != has(self.jsonField)",message="spec.cost.response: set exactly one of header and jsonField"
-// +kubebuilder:validation:XValidation:rule="!has(self.max) || ((!has(self.default) || self.default <= self.max) && (!has(self.onError) || self.onError <= self.max))",message="spec.cost.response.default and spec.cost.response.onError must not exceed spec.cost.response.max"
+// +kubebuilder:validation:XValidation:rule="!has(self.max) || ((!has(self.default) || self.default <= self.max) && (!has(self.onError) || self.onError <= self.max) && (!has(self.onClientGone) || self.onClientGone <= self.max))",message="spec.cost.response.default, onError and onClientGone must not exceed spec.cost.response.max"
 type ResponseCost struct {
 	// header names a response header (for example X-Usage-Tokens) whose
 	// value is the cost. Same form as spec.cost.request.header.
@@ -96,13 +96,31 @@ type ResponseCost struct {
 	Default *int64 `json:"default,omitempty"`
 
 	// onError is charged when the upstream fails: a 5xx status (its own, or
-	// the gateway's 502/504 when it could not be reached or timed out), a
-	// body that breaks off, or a client that goes away before the cost
-	// arrived. Default 0.
+	// the gateway's 502/504 when it could not be reached or timed out), or
+	// a body that breaks off before the cost came (also while the gateway
+	// reads on after the client left, see onClientGone). Default 0.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000000000
 	// +optional
 	OnError *int64 `json:"onError,omitempty"`
+
+	// onClientGone is charged when the client goes away before the cost
+	// came and the gateway cannot find it without the client. A client that
+	// leaves after the response headers does not stop the upstream: the
+	// gateway reads the rest of the answer on its own, at most the
+	// gateway's --response-cost-drain-bytes (1 MiB by default) and the
+	// route's timeout after the client left, and charges the cost the
+	// answer reports, as if the client had read it all; onClientGone
+	// applies when those bounds end the read before the cost came, or when
+	// the gateway is already reading --response-cost-max-drains answers so.
+	// A client that leaves before the response headers cancels the
+	// upstream request and is charged onClientGone too (the upstream may
+	// have done the work). So hanging up never costs less than this.
+	// Default: default.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000000
+	// +optional
+	OnClientGone *int64 `json:"onClientGone,omitempty"`
 
 	// max bounds the cost of one response: a larger reported value is
 	// charged as max. Default 1000000000 (then only maxDebt bounds it).

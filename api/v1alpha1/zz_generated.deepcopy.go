@@ -294,6 +294,11 @@ func (in *ResponseCost) DeepCopyInto(out *ResponseCost) {
 		*out = new(int64)
 		**out = **in
 	}
+	if in.OnClientGone != nil {
+		in, out := &in.OnClientGone, &out.OnClientGone
+		*out = new(int64)
+		**out = **in
+	}
 	if in.Max != nil {
 		in, out := &in.Max, &out.Max
 		*out = new(int64)

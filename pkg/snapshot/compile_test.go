@@ -82,6 +82,13 @@ func TestFromSpec(t *testing.T) {
 			s.Cost = &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{Header: "X-Usage-Tokens", MaxDebt: ptr.To[int64](0)}}
 		}, Rule{Tenant: "shop-a", Route: "create-order", Capacity: 200, RefillTokens: 100, RefillPeriodMs: 1000, Source: "ns/r",
 			Cost: &Cost{Fixed: 1, Response: &ResponseCost{Header: "X-Usage-Tokens"}}}, ""},
+		{"onClientGone compiled, 0 kept", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Cost = &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{JSONField: "usage.total_tokens", Default: ptr.To[int64](9), OnClientGone: ptr.To[int64](0)}}
+		}, Rule{Tenant: "shop-a", Route: "create-order", Capacity: 200, RefillTokens: 100, RefillPeriodMs: 1000, Source: "ns/r",
+			Cost: &Cost{Fixed: 1, Response: &ResponseCost{JSONField: "usage.total_tokens", Default: 9, OnClientGone: ptr.To[int64](0), MaxDebt: 200}}}, ""},
+		{"onClientGone above max", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Cost = &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{Header: "X-Usage", Max: ptr.To[int64](10), OnClientGone: ptr.To[int64](11)}}
+		}, Rule{}, "onClientGone 11 must be in [0, max 10]"},
 		{"fixed cost above capacity", func(s *v1alpha1.RateLimitRuleSpec) {
 			s.Cost = &v1alpha1.Cost{Request: &v1alpha1.RequestCost{Fixed: ptr.To[int64](201)}}
 		}, Rule{}, "cost fixed 201 out of range"},
@@ -210,5 +217,21 @@ func TestDecodeKeepsASlowRule(t *testing.T) {
 	back, err := FromConfigMap(cm)
 	if err != nil || len(back.Rules) != 1 || back.Rules[0].RefillPeriodMs != slow.RefillPeriodMs {
 		t.Fatalf("decoded %+v, %v; want the shard with its rule", back, err)
+	}
+}
+
+// TestClientGone: onClientGone when set (0 included), else the default.
+func TestClientGone(t *testing.T) {
+	for _, c := range []struct {
+		rc   ResponseCost
+		want int64
+	}{
+		{ResponseCost{Default: 5}, 5},
+		{ResponseCost{Default: 5, OnClientGone: ptr.To[int64](0)}, 0},
+		{ResponseCost{Default: 5, OnError: 1, OnClientGone: ptr.To[int64](7)}, 7},
+	} {
+		if got := c.rc.ClientGone(); got != c.want {
+			t.Errorf("%+v: ClientGone %d, want %d", c.rc, got, c.want)
+		}
 	}
 }

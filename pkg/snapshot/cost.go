@@ -32,9 +32,13 @@ type ResponseCost struct {
 	JSONField string `json:"j,omitempty"`
 	// Default is charged when a response reports no usable cost.
 	Default int64 `json:"d,omitempty"`
-	// OnError is charged when the upstream fails or the client goes away
-	// before the cost arrived.
+	// OnError is charged when the upstream fails.
 	OnError int64 `json:"e,omitempty"`
+	// OnClientGone, when set, is charged when the client went away before
+	// the cost came and the gateway could not find it on its own; nil:
+	// Default (ClientGone). A pointer so that 0 can be set and a rule
+	// compiled before the field existed means Default.
+	OnClientGone *int64 `json:"g,omitempty"`
 	// Max bounds one response's charge (0: MaxCost).
 	Max int64 `json:"m,omitempty"`
 	// MaxDebt is how far below zero charges may drive the bucket.
@@ -77,6 +81,15 @@ func (r *ResponseCost) Bound() int64 {
 	return r.Max
 }
 
+// ClientGone is what a response costs whose client went away before its
+// cost came (OnClientGone, else Default).
+func (r *ResponseCost) ClientGone() int64 {
+	if r.OnClientGone == nil {
+		return r.Default
+	}
+	return *r.OnClientGone
+}
+
 func inCost(v, lo int64) bool { return v >= lo && v <= MaxCost }
 
 // validateCost checks the cost of a rule read from an untrusted source.
@@ -117,6 +130,8 @@ func (r *Rule) validateResponseCost(name string) error {
 		return fmt.Errorf("rule %s: response cost max %d out of range [1, %d]", name, rc.Max, MaxCost)
 	case !inCost(rc.Default, 0) || rc.Default > rc.Bound() || !inCost(rc.OnError, 0) || rc.OnError > rc.Bound():
 		return fmt.Errorf("rule %s: response cost default %d and onError %d must be in [0, max %d]", name, rc.Default, rc.OnError, rc.Bound())
+	case !inCost(rc.ClientGone(), 0) || rc.ClientGone() > rc.Bound():
+		return fmt.Errorf("rule %s: response cost onClientGone %d must be in [0, max %d]", name, rc.ClientGone(), rc.Bound())
 	case !inCost(rc.MaxDebt, 0):
 		return fmt.Errorf("rule %s: response cost maxDebt %d out of range [0, %d]", name, rc.MaxDebt, MaxCost)
 	case r.Shards > 1 || r.Prefetch != PrefetchOff:
@@ -141,7 +156,7 @@ func costFromSpec(c *v1alpha1.Cost, capacity int64) *Cost {
 	if p := c.Response; p != nil {
 		out.Response = &ResponseCost{
 			Header: p.Header, JSONField: p.JSONField,
-			Default: deref(p.Default, 0), OnError: deref(p.OnError, 0),
+			Default: deref(p.Default, 0), OnError: deref(p.OnError, 0), OnClientGone: copyPtr(p.OnClientGone),
 			Max: deref(p.Max, 0), MaxDebt: deref(p.MaxDebt, capacity),
 		}
 	}
@@ -153,4 +168,12 @@ func deref(p *int64, def int64) int64 {
 		return def
 	}
 	return *p
+}
+
+func copyPtr(p *int64) *int64 {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }

@@ -180,6 +180,7 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 		{"cost with neither fixed nor header", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000,"co":{}}]}`), "exactly one of fixed and header"},
 		{"cost header with CR LF", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000,"co":{"h":"X\r\nY"}}]}`), "not a valid header name"},
 		{"negative response default", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000,"co":{"f":1,"r":{"h":"U","d":-1}}}]}`), "default -1"},
+		{"negative onClientGone", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000,"co":{"f":1,"r":{"h":"U","g":-1}}}]}`), "onClientGone -1"},
 		{"huge debt", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000,"co":{"f":1,"r":{"h":"U","x":9000000000000}}}]}`), "maxDebt"},
 		{"response cost from nothing", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000,"co":{"f":1,"r":{}}}]}`), "exactly one of header and jsonField"},
 		{"json path too deep", gz(`{"format":1,"index":0,"count":1,"version":1,"rules":[{"t":"a","r":"x","c":1,"n":1,"p":1000,"co":{"f":1,"r":{"j":"` + strings.Repeat("a.", 16) + `a"}}}]}`), "1 to 16 keys"},
@@ -306,7 +307,7 @@ func FuzzAppendRule(f *testing.F) {
 			QuotaLimit: n, QuotaPeriod: QuotaPeriod(fm), QuotaZone: route}
 		if shadow {
 			r.Regions = []RegionShare{{Name: route, Percent: int32(c)}, {Name: src, Percent: 1}}
-			r.Cost = &Cost{Fixed: c, Header: tenant, Max: n, Response: &ResponseCost{JSONField: route, MaxDebt: p}}
+			r.Cost = &Cost{Fixed: c, Header: tenant, Max: n, Response: &ResponseCost{JSONField: route, MaxDebt: p, OnClientGone: &n}}
 		}
 		var back Rule
 		if err := json.Unmarshal(appendRule(nil, &r), &back); err != nil {
