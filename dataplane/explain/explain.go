@@ -289,8 +289,8 @@ func costText(c *snapshot.Cost) string {
 		if rc.JSONField != "" {
 			from = "JSON field " + rc.JSONField
 		}
-		s += fmt.Sprintf("; then the response's %s (at most %d; none usable: %d; upstream failed: %d), into debt down to -%d tokens",
-			from, rc.Bound(), rc.Default, rc.OnError, rc.MaxDebt)
+		s += fmt.Sprintf("; then the response's %s (at most %d; none usable: %d; upstream failed: %d; client gone: %d), into debt down to -%d tokens",
+			from, rc.Bound(), rc.Default, rc.OnError, rc.ClientGone(), rc.MaxDebt)
 	}
 	return s
 }

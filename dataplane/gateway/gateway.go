@@ -107,6 +107,7 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 			Metrics: g.metrics, IETFHeaders: opts.IETFHeaders, Logger: log.WithName("proxy"),
 			UpstreamTimeout: opts.UpstreamTimeout, ClientBodyTimeout: opts.ClientBodyTimeout, Failures: opts.failureLimiter(),
 			Slots: g.slots, Region: opts.Region, TenantHeader: opts.TenantHeader,
+			DrainBytes: opts.ResponseCostDrainBytes, MaxDrains: opts.ResponseCostMaxDrains,
 		}
 		if g.httpRoutes != nil {
 			po.HTTPRoutes = g.httpRoutes.Current

@@ -94,6 +94,10 @@ type Options struct {
 	IdleTimeout       time.Duration
 	UpstreamTimeout   time.Duration
 	ClientBodyTimeout time.Duration
+	// ResponseCostDrainBytes, ResponseCostMaxDrains: see
+	// --response-cost-drain-bytes and --response-cost-max-drains.
+	ResponseCostDrainBytes int64
+	ResponseCostMaxDrains  int
 
 	FailureBurst        int
 	FailurePerSecond    float64
@@ -217,7 +221,7 @@ func (o *Options) addClusterFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", 6*time.Second, "A replica whose Lease is not renewed for this long stops counting.")
 }
 
-// addTimeoutFlags registers the flags of the reload interval and the timeouts of client and upstream connections.
+// addTimeoutFlags registers the flags of the reload interval, the timeouts of client and upstream connections, and the bounds of the read of an answer after its client left.
 func (o *Options) addTimeoutFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ReloadInterval, "reload-interval", time.Second, "How often the routes, rules and API key files are checked for changes.")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 15*time.Second, "On SIGTERM, time given to in-flight requests before the gateway exits.")
@@ -227,6 +231,12 @@ func (o *Options) addTimeoutFlags(fs *pflag.FlagSet) {
 		"Time an upstream has to send its response headers, for routes without a timeout of their own; slower answers get 504. At most 10m.")
 	fs.DurationVar(&o.ClientBodyTimeout, "client-body-timeout", 60*time.Second,
 		"Time a client has to send its whole request body; a body still unfinished then gets 408 and the connection is closed.")
+	fs.Int64Var(&o.ResponseCostDrainBytes, "response-cost-drain-bytes", proxy.DefaultDrainBytes,
+		"Rules with a response cost in a body field: when a client leaves before the cost came, the gateway reads on up to this many bytes of the answer "+
+			"(and for at most the route's timeout) to charge the cost it reports; cut off sooner, the answer costs the rule's onClientGone. 0 reads nothing (onClientGone at once).")
+	fs.IntVar(&o.ResponseCostMaxDrains, "response-cost-max-drains", proxy.DefaultMaxDrains,
+		"Answers the gateway reads on at once after their client left (see --response-cost-drain-bytes); a client that leaves while this many are read "+
+			"has its upstream request canceled and is charged onClientGone (tollgate_gateway_response_drains_refused_total).")
 }
 
 // Validate checks the options.
@@ -260,20 +270,15 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--replicas-until-counted must be at least 1")
 	case o.LeaseDuration < time.Second:
 		return fmt.Errorf("--lease-duration must be at least 1s")
-	case o.ReloadInterval <= 0 || o.ShutdownGrace < 0:
-		return fmt.Errorf("--reload-interval must be positive and --shutdown-grace not negative")
-	case o.ReadHeaderTimeout <= 0 || o.IdleTimeout <= 0:
-		return fmt.Errorf("--read-header-timeout and --idle-timeout must be positive")
-	case o.UpstreamTimeout <= 0 || o.UpstreamTimeout > 10*time.Minute:
-		return fmt.Errorf("--upstream-timeout must be in (0, 10m], got %v", o.UpstreamTimeout)
-	case o.ClientBodyTimeout <= 0:
-		return fmt.Errorf("--client-body-timeout must be positive, got %v", o.ClientBodyTimeout)
 	case o.FailureBurst < 0 || o.FailurePerSecond <= 0 || o.FailureMaxAddresses < 1:
 		return fmt.Errorf("--identity-failure-burst must not be negative, --identity-failure-rate must be positive and --identity-failure-max-addresses at least 1")
 	case o.Pipelines < 1:
 		return fmt.Errorf("--redis-pipelines must be at least 1")
 	case o.Region != "" && !snapshot.ValidRegion(o.Region):
 		return fmt.Errorf("--region %q: 1 to 32 characters of a-z, 0-9 and '-'", o.Region)
+	}
+	if err := o.validateTimeouts(); err != nil {
+		return err
 	}
 	if err := o.validateIdentity(); err != nil {
 		return err
@@ -286,6 +291,23 @@ func (o *Options) Validate() error {
 	}
 	if o.Limiter == LimiterRedis {
 		return o.Redis.Validate()
+	}
+	return nil
+}
+
+// validateTimeouts checks the flags of addTimeoutFlags.
+func (o *Options) validateTimeouts() error {
+	switch {
+	case o.ReloadInterval <= 0 || o.ShutdownGrace < 0:
+		return fmt.Errorf("--reload-interval must be positive and --shutdown-grace not negative")
+	case o.ReadHeaderTimeout <= 0 || o.IdleTimeout <= 0:
+		return fmt.Errorf("--read-header-timeout and --idle-timeout must be positive")
+	case o.UpstreamTimeout <= 0 || o.UpstreamTimeout > 10*time.Minute:
+		return fmt.Errorf("--upstream-timeout must be in (0, 10m], got %v", o.UpstreamTimeout)
+	case o.ClientBodyTimeout <= 0:
+		return fmt.Errorf("--client-body-timeout must be positive, got %v", o.ClientBodyTimeout)
+	case o.ResponseCostDrainBytes < 0 || o.ResponseCostMaxDrains < 0:
+		return fmt.Errorf("--response-cost-drain-bytes and --response-cost-max-drains must not be negative")
 	}
 	return nil
 }

@@ -90,6 +90,13 @@ type Gateway struct {
 	// sums the tokens charged for them (a charge cut at the debt floor
 	// counts what was taken).
 	ResponseCharges, ResponseCostTokens *prometheus.CounterVec
+	// ResponseDrains is the number of answers of response-cost rules the
+	// gateway reads on after their client left, to find their cost;
+	// ResponseDrainsRefused counts the clients that left while
+	// --response-cost-max-drains answers were read so (charged
+	// onClientGone at once, their upstream request canceled).
+	ResponseDrains        prometheus.Gauge
+	ResponseDrainsRefused prometheus.Counter
 }
 
 // Bases of Gateway.ResponseCharges: where a response's cost came from.
@@ -97,6 +104,9 @@ const (
 	CostReported = "reported" // the response's header or JSON field
 	CostDefault  = "default"  // no usable value: the rule's default
 	CostError    = "error"    // the upstream failed or the body broke off: onError
+	// CostClientGone: the client left before the cost came, and the
+	// gateway did not find it without the client: onClientGone.
+	CostClientGone = "client_gone"
 )
 
 // Scripts of Gateway.RedisScriptErrors.
@@ -196,12 +206,21 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 		}, []string{"source"}),
 		ResponseCharges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_gateway_response_charges_total",
-			Help: "Responses of rules with a response cost, by route and basis of the charge (reported: the response's value; default: none usable; error: the upstream failed or the body broke off).",
+			Help: "Responses of rules with a response cost, by route and basis of the charge (reported: the response's value; default: none usable; error: the upstream failed or the body broke off; " +
+				"client_gone: the client left before the value came and the gateway did not find it reading on without the client).",
 		}, []string{"route", "basis"}),
 		ResponseCostTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_gateway_response_cost_tokens_total",
 			Help: "Tokens charged after responses of rules with a response cost, by route and basis (a charge cut at the debt floor counts what was taken).",
 		}, []string{"route", "basis"}),
+		ResponseDrains: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_gateway_response_drains_in_flight",
+			Help: "Answers of rules with a response cost that the gateway reads on after their client left, to charge the cost they report (at most --response-cost-max-drains).",
+		}),
+		ResponseDrainsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_gateway_response_drains_refused_total",
+			Help: "Clients of rules with a response cost that left while --response-cost-max-drains answers were read on without their clients: their upstream request was canceled and onClientGone charged.",
+		}),
 		UpstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tollgate_gateway_upstream_duration_seconds",
 			Help:    "Time from forwarding a request to the upstream's response headers, by route.",
@@ -223,7 +242,7 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 	reg.MustRegister(m.Decisions, m.Responses, m.RedisDuration, m.RedisErrors, m.RedisScriptErrors, m.RedisTimeout, m.Breaker, m.Replicas, m.ReplicasCounted,
 		m.SnapshotVersion, m.SnapshotFormat, m.BuildInfo, m.SnapshotLoaded, m.Rules, m.ReloadErrors, m.ForeignRefused, m.UpstreamDuration, m.IdentityFailures,
 		m.ConcurrencyInFlight, m.ConcurrencyRejections, m.ConcurrencyUnenforced,
-		m.ResponseCharges, m.ResponseCostTokens,
+		m.ResponseCharges, m.ResponseCostTokens, m.ResponseDrains, m.ResponseDrainsRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, s := range []string{"closed", "open", "half-open"} {
 		m.Breaker.WithLabelValues(s).Set(0)

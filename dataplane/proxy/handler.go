@@ -66,6 +66,14 @@ type Options struct {
 	// are refused); "" means DefaultTenantHeader. The gateway owns it: a
 	// client's copy is removed from every request.
 	TenantHeader string
+	// DrainBytes bounds what the gateway reads of an answer under a
+	// response-cost rule after its client left, to find its cost (as well
+	// as the route's timeout); MaxDrains bounds the answers read so at
+	// once. Zero for either reads nothing after the client left: it is
+	// charged onClientGone at once (DefaultDrainBytes, DefaultMaxDrains:
+	// the gateway's defaults).
+	DrainBytes int64
+	MaxDrains  int
 }
 
 // Decider makes the rate limit decision of one request, and charges a
@@ -92,6 +100,8 @@ type Handler struct {
 	tenantHeader string
 	// gwUpstreams are the forwarding states of HTTPRoute rules.
 	gwUpstreams *gatewayUpstreams
+	// drains bounds the answers read after their client left.
+	drains *drainLimits
 
 	failuresMissing, failuresInvalid, failuresUnknown, failuresLimited prometheus.Counter
 }
@@ -105,6 +115,7 @@ func New(opts Options) *Handler {
 		opts: opts, upstreams: newUpstreams(opts.Metrics, log, opts.UpstreamTimeout, tenantHeader), log: log,
 		tenantHeader:    tenantHeader,
 		gwUpstreams:     &gatewayUpstreams{},
+		drains:          newDrainLimits(&opts),
 		failuresMissing: f.WithLabelValues(metrics.IdentityMissing), failuresInvalid: f.WithLabelValues(metrics.IdentityInvalid),
 		failuresUnknown: f.WithLabelValues(metrics.IdentityUnknown), failuresLimited: f.WithLabelValues(metrics.IdentityLimited),
 	}
@@ -226,10 +237,13 @@ func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *up
 		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, body))
 	}
 	if m := newMeter(rule); m != nil {
-		r = m.attach(r)
+		r = m.attach(r, h.drains, up.timeout)
 		// Deferred: the reverse proxy panics (http.ErrAbortHandler) when
 		// the copy of the body fails; the response is charged all the same.
-		defer func() { h.settle(r.Context(), m, tenant, up, rule) }()
+		defer func() {
+			m.finish()
+			h.settle(r.Context(), m, tenant, up, rule)
+		}()
 	}
 	up.proxy.ServeHTTP(w, r)
 }
@@ -289,5 +303,9 @@ func codeClass(status int) string {
 	return [...]string{"1xx", "2xx", "3xx", "4xx", "5xx"}[min(max(status/100, 1), 5)-1]
 }
 
-// Close releases idle upstream connections.
-func (h *Handler) Close() { h.upstreams.closeIdle() }
+// Close releases idle upstream connections, and cuts the answers still
+// read after their clients left (they cost onClientGone).
+func (h *Handler) Close() {
+	h.drains.close()
+	h.upstreams.closeIdle()
+}

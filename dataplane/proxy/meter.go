@@ -5,6 +5,9 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/usage"
@@ -26,8 +29,10 @@ type meterKey struct{}
 // passes through unchanged and unbuffered: the header is read when the
 // response starts (modifyResponse), a body field by a usage scanner that
 // sees each piece of the body as the reverse proxy copies it to the
-// client. All of it runs on the handler's goroutine (the reverse proxy
-// reads the body there), so it needs no lock.
+// client, and on after the client left (drain.go). The reading runs on the
+// handler's goroutine (the reverse proxy reads the body there); what the
+// client's leaving changes (drain.go, in a goroutine of its own) is
+// guarded by mu, and read in atomics.
 type meter struct {
 	rc *snapshot.ResponseCost
 	// status is the upstream's status; 0 when none came (the upstream
@@ -36,10 +41,30 @@ type meter struct {
 	// raw is the header's value, found whether the header was there.
 	raw   string
 	found bool
-	// scan reads the body for jsonField; ended: the body was read to its
-	// end.
-	scan  usage.Scanner
-	ended bool
+	// scan reads the body for jsonField (set under mu); ended: the body
+	// was read to its end; readFailed: a read of it failed (the upstream,
+	// or a cut); drained: the bytes read after the client left.
+	scan       usage.Scanner
+	ended      bool
+	readFailed bool
+	drained    int64
+
+	// The upstream request's own context (detach): its cancel, the watch
+	// of the client's context, the drain bounds.
+	cancel  context.CancelFunc
+	unwatch func() bool
+	drains  *drainLimits
+	timeout time.Duration
+	// mu orders the state changes (start, clientGone, finish) and guards
+	// timer, the drain's time bound, and unclose, its watch of the
+	// Handler's Close; state is one of waiting...finished;
+	// cutOff: the gateway ended the upstream's answer because its client
+	// left (before the headers, at a drain's bounds, no drain allowed).
+	mu      sync.Mutex
+	state   atomic.Int32
+	cutOff  atomic.Bool
+	timer   *time.Timer
+	unclose func() bool
 }
 
 // newMeter returns the meter of a request under rule, or nil when the rule
@@ -51,16 +76,18 @@ func newMeter(rule *snapshot.Rule) *meter {
 	return &meter{rc: rule.Cost.Response}
 }
 
-// attach makes r carry m to modifyResponse. For a body field, it asks the
-// upstream for an uncompressed body, Accept-Encoding: identity, whatever
-// the client accepts (a compressed body cannot be scanned; no header would
-// allow any coding). An upstream that compresses all the same is passed on
-// as it is, and the rule's default is charged.
-func (m *meter) attach(r *http.Request) *http.Request {
+// attach makes r carry m to modifyResponse, on a context of its own
+// (detach: d bounds the drains, timeout is the route's). For a body field,
+// it asks the upstream for an uncompressed body, Accept-Encoding:
+// identity, whatever the client accepts (a compressed body cannot be
+// scanned; no header would allow any coding). An upstream that compresses
+// all the same is passed on as it is, and the rule's default is charged.
+// The caller calls m.finish when forwarding ends.
+func (m *meter) attach(r *http.Request, d *drainLimits, timeout time.Duration) *http.Request {
 	if m.rc.JSONField != "" {
 		r.Header[headerAcceptEncoding] = identityEncoding
 	}
-	return r.WithContext(context.WithValue(r.Context(), meterKey{}, m))
+	return r.WithContext(context.WithValue(m.detach(r.Context(), d, timeout), meterKey{}, m))
 }
 
 // meterOf is the meter a forwarded request carries, or nil.
@@ -73,6 +100,9 @@ func meterOf(ctx context.Context) *meter {
 // and for a body field a scanner around the body (not around a protocol
 // switch, whose body is the connection).
 func (m *meter) start(res *http.Response) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.state.CompareAndSwap(waiting, streaming)
 	m.status = res.StatusCode
 	if m.rc.Header != "" {
 		vals := res.Header.Values(m.rc.Header)
@@ -94,31 +124,69 @@ func (m *meter) start(res *http.Response) {
 }
 
 // meteredBody hands every piece of a response body to the meter's scanner
-// as the reverse proxy reads it, before the piece goes to the client.
+// as the reverse proxy reads it, before the piece goes to the client (or,
+// the client gone, as the drain reads it: at most the drain's byte bound).
 type meteredBody struct {
 	io.ReadCloser
 	m *meter
 }
 
 func (b *meteredBody) Read(p []byte) (int, error) {
+	m := b.m
+	alone := m.state.Load() == draining
+	if alone {
+		left := m.drains.maxBytes - m.drained
+		if left <= 0 {
+			// At the byte bound: the upstream request is canceled, and the
+			// read ends as a canceled one does (the reverse proxy does not
+			// log those).
+			m.cut()
+			m.readFailed = true
+			return 0, context.Canceled
+		}
+		p = p[:min(int64(len(p)), left)]
+	}
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
-		_, _ = b.m.scan.Write(p[:n])
+		_, _ = m.scan.Write(p[:n])
+		if alone {
+			m.drained += int64(n)
+		}
 	}
-	if err == io.EOF {
-		b.m.ended = true
+	switch {
+	case err == io.EOF:
+		m.ended = true
+	case err != nil:
+		m.readFailed = true
 	}
 	return n, err
 }
 
+// Close closes the body; the reverse proxy closes a body it did not read
+// to its end (nor failed to read) when the copy to the client failed: the
+// client left, and the rest is drained first.
+func (b *meteredBody) Close() error {
+	if !b.m.ended && !b.m.readFailed {
+		b.drain()
+	}
+	return b.ReadCloser.Close()
+}
+
 // cost is what the response costs, once it is over (see
 // v1alpha1.ResponseCost), and its basis (metrics.Cost*): onError for a 5xx
-// or no response, or a body that broke off (its client gone, say) before
-// the value came; the value found, bounded by max; default when the
-// response holds none (or one that is not a non-negative number).
+// or no response, or a body that broke off before the value came;
+// onClientGone when the client left before the value came and the
+// gateway did not find it without the client; the value found, bounded by
+// max; default when the response holds none (or one that is not a
+// non-negative number).
 func (m *meter) cost() (int64, string) {
 	rc := m.rc
-	if m.status == 0 || m.status >= 500 {
+	switch {
+	case m.status >= 500:
+		return rc.OnError, metrics.CostError
+	case m.status == 0 && m.cutOff.Load():
+		return rc.ClientGone(), metrics.CostClientGone
+	case m.status == 0:
 		return rc.OnError, metrics.CostError
 	}
 	if rc.Header != "" {
@@ -131,7 +199,11 @@ func (m *meter) cost() (int64, string) {
 		m.scan.Finish()
 	}
 	raw, found := m.scan.Found()
-	if !found && !m.ended {
+	switch {
+	case found || m.ended:
+	case m.cutOff.Load():
+		return rc.ClientGone(), metrics.CostClientGone
+	default:
 		return rc.OnError, metrics.CostError
 	}
 	return m.value(raw, found)

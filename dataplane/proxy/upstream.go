@@ -30,6 +30,10 @@ type upstream struct {
 	id        string
 	proxy     http.Handler
 	decisions *metrics.DecisionCounters
+	// timeout is the route's response-header timeout (the default's for
+	// a route without one); it also bounds the read of an answer after
+	// its client left (drain.go).
+	timeout time.Duration
 }
 
 // numSources is the number of limiter.Source values; sourceName labels one.
@@ -153,6 +157,7 @@ func (u *upstreams) buildWith(id string, timeout time.Duration, rewrite func(*ht
 	}
 	transport := u.transport(timeout)
 	u.mu.Unlock()
+	up.timeout = timeout
 	up.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			if rewrite != nil { // nil: a redirect, which forwards nothing
