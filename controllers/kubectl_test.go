@@ -56,6 +56,7 @@ var _ = Describe("kubectl", func() {
 		Expect(set.Lookup("shop-c", "list-orders").MaxInFlight).To(BeEquivalentTo(4))
 		Expect(set.Lookup("shop-c", "export").Cost.Header).To(Equal("X-Cost"))
 		Expect(set.Lookup("shop-q", "chat-completions").Cost.Response.MaxDebt).To(BeEquivalentTo(20000))
+		Expect(set.Lookup("shop-q", "chat-completions").Cost.Response.ClientGone()).To(BeEquivalentTo(500))
 		Expect(set.Lookup("shop-a", "create-order").Capacity).To(BeEquivalentTo(200))
 		Expect(set.Lookup("shop-z", "reports").RefillPeriodMs).To(BeEquivalentTo(60_000))
 		Expect(set.Lookup("partner-x", "create-order").QuotaLimit).To(BeEquivalentTo(1_000_000))
