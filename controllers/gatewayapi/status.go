@@ -132,7 +132,7 @@ func (out *Output) RouteParents(rt *gwv1.HTTPRoute) []gwv1.RouteParentStatus {
 }
 
 // SupportedFeatures are the conformance features tollgate implements (see
-// the README's Gateway API section).
+// docs/gateway-api.md, "Conformance features").
 func SupportedFeatures() []gwv1.SupportedFeature {
 	var out []gwv1.SupportedFeature
 	for _, f := range []string{"Gateway", "HTTPRoute", "HTTPRouteMethodMatching", "HTTPRouteQueryParamMatching",

@@ -9,7 +9,8 @@
 //     with the rows of each top-level folder together
 //     (TestTopLevelFoldersTogether);
 //   - every relative link of every Markdown file names a file that exists
-//     and, with an anchor, one of its headings (TestMarkdownLinks).
+//     and, with an anchor, one of its headings (TestMarkdownLinks), and
+//     README.md stays within MaxReadmeLines (TestReadmeFitsAFewScreens).
 //
 // Run them with
 //

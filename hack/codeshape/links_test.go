@@ -179,3 +179,19 @@ func TestSlug(t *testing.T) {
 		}
 	}
 }
+
+// MaxReadmeLines is how long README.md may be: the first page a newcomer
+// reads (what tollgate is, the two commands, install, a first rule, where
+// to read on) fits a few screens; the reference lives in docs/.
+const MaxReadmeLines = 250
+
+// TestReadmeFitsAFewScreens fails when README.md grows past MaxReadmeLines.
+func TestReadmeFitsAFewScreens(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n > MaxReadmeLines {
+		t.Errorf("README.md has %d lines, more than %d: move reference material into docs/ and link it", n, MaxReadmeLines)
+	}
+}
