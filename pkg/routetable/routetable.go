@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 
@@ -21,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/pkg/gzipped"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -246,16 +246,12 @@ func (t *Table) ConfigMap(namespace, name string) (*corev1.ConfigMap, error) {
 	if err != nil {
 		return nil, err
 	}
-	var buf bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-	if _, err := zw.Write(raw); err != nil {
+	data, err := gzipped.Compress(raw, gzip.BestCompression)
+	if err != nil {
 		return nil, err
 	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	if buf.Len() > MaxCompressedBytes {
-		return nil, fmt.Errorf("%w: %d compressed bytes for %d rules, at most %d", ErrTooLarge, buf.Len(), len(t.Rules), MaxCompressedBytes)
+	if len(data) > MaxCompressedBytes {
+		return nil, fmt.Errorf("%w: %d compressed bytes for %d rules, at most %d", ErrTooLarge, len(data), len(t.Rules), MaxCompressedBytes)
 	}
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
@@ -266,7 +262,7 @@ func (t *Table) ConfigMap(namespace, name string) (*corev1.ConfigMap, error) {
 				AnnotationRules:    strconv.Itoa(len(t.Rules)),
 			},
 		},
-		BinaryData: map[string][]byte{DataKey: buf.Bytes()},
+		BinaryData: map[string][]byte{DataKey: data},
 	}, nil
 }
 
@@ -276,16 +272,9 @@ func FromConfigMap(cm *corev1.ConfigMap) (*Table, error) {
 	if !ok {
 		return nil, fmt.Errorf("binaryData key %s missing", DataKey)
 	}
-	zr, err := gzip.NewReader(bytes.NewReader(data))
+	raw, err := gzipped.Decompress(data, MaxDecodedBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", DataKey, err)
-	}
-	raw, err := io.ReadAll(io.LimitReader(zr, MaxDecodedBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", DataKey, err)
-	}
-	if len(raw) > MaxDecodedBytes {
-		return nil, fmt.Errorf("%s: more than %d bytes uncompressed", DataKey, MaxDecodedBytes)
 	}
 	if want := cm.Annotations[AnnotationChecksum]; want != "" {
 		sum := sha256.Sum256(raw)

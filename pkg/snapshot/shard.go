@@ -8,13 +8,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tollgate-dev/tollgate/pkg/gzipped"
 )
 
 // Labels and annotations of shard ConfigMaps.
@@ -281,15 +282,11 @@ func (s *Shard) Encode() ([]byte, error) {
 	if len(raw) > MaxDecodedBytes {
 		return nil, fmt.Errorf("%w: shard %d of %d is %d bytes uncompressed, over the %d byte bound", ErrTooLarge, s.Index, s.Count, len(raw), MaxDecodedBytes)
 	}
-	var buf bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
-	if _, err := zw.Write(raw); err != nil {
+	data, err := gzipped.Compress(raw, gzip.BestSpeed)
+	if err != nil {
 		return nil, fmt.Errorf("compressing shard %d: %w", s.Index, err)
 	}
-	if err := zw.Close(); err != nil {
-		return nil, fmt.Errorf("compressing shard %d: %w", s.Index, err)
-	}
-	return buf.Bytes(), nil
+	return data, nil
 }
 
 // ConfigMap renders the shard as a ConfigMap of snapshot prefix in namespace.
@@ -324,16 +321,12 @@ func (s *Shard) ConfigMap(namespace, prefix string) (*corev1.ConfigMap, error) {
 // Decode parses a compressed shard payload, checking everything: a malformed
 // payload yields an error, never a panic or a partly filled shard.
 func Decode(data []byte) (*Shard, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		return nil, fmt.Errorf("shard is not gzip data: %w", err)
-	}
-	raw, err := io.ReadAll(io.LimitReader(zr, MaxDecodedBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("decompressing shard: %w", err)
-	}
-	if len(raw) > MaxDecodedBytes {
+	raw, err := gzipped.Decompress(data, MaxDecodedBytes)
+	switch {
+	case errors.Is(err, gzipped.ErrTooLarge):
 		return nil, fmt.Errorf("shard decompresses to more than %d bytes, the bound the controller writes to", MaxDecodedBytes)
+	case err != nil:
+		return nil, fmt.Errorf("shard: %w", err)
 	}
 	var p payload
 	dec := json.NewDecoder(bytes.NewReader(raw))
