@@ -122,26 +122,26 @@ var nominalSeconds = map[snapshot.QuotaPeriod]int64{
 //
 //	"create-order";q=200;w=2, "create-order-monthly";q=1000000;w=2592000
 func FormatPolicy(items []Item) string {
-	var b strings.Builder
-	for i, it := range items {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(`"` + it.Name + `";q=` + strconv.FormatInt(it.Quota, 10) + ";w=" + strconv.FormatInt(it.Window, 10))
-	}
-	return b.String()
+	return formatItems(items, ";q=", ";w=", func(it *Item) (int64, int64) { return it.Quota, it.Window })
 }
 
 // FormatState is the value of the RateLimit header for items:
 //
 //	"create-order";r=150;t=1, "create-order-monthly";r=999850;t=1728000
 func FormatState(items []Item) string {
+	return formatItems(items, ";r=", ";t=", func(it *Item) (int64, int64) { return it.Remaining, it.Reset })
+}
+
+// formatItems writes items as a list of "name";<p1><v1><p2><v2>, the two
+// values being params of the item.
+func formatItems(items []Item, p1, p2 string, params func(*Item) (int64, int64)) string {
 	var b strings.Builder
-	for i, it := range items {
+	for i := range items {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(`"` + it.Name + `";r=` + strconv.FormatInt(it.Remaining, 10) + ";t=" + strconv.FormatInt(it.Reset, 10))
+		v1, v2 := params(&items[i])
+		b.WriteString(`"` + items[i].Name + `"` + p1 + strconv.FormatInt(v1, 10) + p2 + strconv.FormatInt(v2, 10))
 	}
 	return b.String()
 }
