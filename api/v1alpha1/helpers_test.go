@@ -103,3 +103,19 @@ func TestRefillBoundInTheSchema(t *testing.T) {
 		t.Errorf("the message does not name the bound %d", MaxRefillSeconds)
 	}
 }
+
+func TestValidClaimPath(t *testing.T) {
+	for s, want := range map[string]bool{
+		"plan": true, "org.plan": true, "https://example.com/plan": true, "a.b.c": true, "é": true, strings.Repeat("p", 256): true,
+		"": false, ".plan": false, "plan.": false, "org..plan": false, "pl\nan": false, "pl\x7fan": false, strings.Repeat("p", 257): false,
+	} {
+		if got := ValidClaimPath(s); got != want {
+			t.Errorf("ValidClaimPath(%q) = %v, want %v", s, got, want)
+		}
+	}
+	for s, want := range map[string]bool{"gold": true, "x y": true, "": false, "go\tld": false, strings.Repeat("v", 257): false} {
+		if got := ValidClaimValue(s); got != want {
+			t.Errorf("ValidClaimValue(%q) = %v, want %v", s, got, want)
+		}
+	}
+}

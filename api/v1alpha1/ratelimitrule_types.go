@@ -17,11 +17,14 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.regions) || self.regions.all(r, self.capacity * r.percent >= 100 * (has(self.hotKey) && has(self.hotKey.shards) ? self.hotKey.shards : 1))",message="spec.regions: every region's share of spec.capacity (capacity x percent / 100) must hold at least one token per shard (spec.hotKey.shards)"
 // +kubebuilder:validation:XValidation:rule="!has(self.regions) || !has(self.concurrency) || self.regions.all(r, self.concurrency.maxInFlight * r.percent >= 100)",message="spec.regions: every region's share of spec.concurrency.maxInFlight (maxInFlight x percent / 100) must be at least one request"
 // +kubebuilder:validation:XValidation:rule="(has(self.refill) ? (!has(self.refill.tokens) || !has(self.refill.period) || self.refill.tokens < 1) : (!has(self.refillPerSecond) || self.refillPerSecond < 1)) || (self.capacity + (has(self.cost) && has(self.cost.response) ? (has(self.cost.response.maxDebt) ? self.cost.response.maxDebt : self.capacity) : 0)) * (has(self.refill) ? duration(self.refill.period).getSeconds() : 1) / (has(self.refill) ? self.refill.tokens : self.refillPerSecond) <= 9007199254740",message="spec.capacity (plus spec.cost.response.maxDebt) must refill within 2^53 milliseconds (about 285,000 years): (capacity + maxDebt) x refill period / refill tokens must be at most 9007199254740 seconds"
+// +kubebuilder:validation:XValidation:rule="!has(self.match) || self.tenant == '*'",message="spec.match needs tenant \"*\": a rule that matches claims applies to every tenant whose token carries them (a tenant's own rule already wins over it)"
 type RateLimitRuleSpec struct {
-	// tenant is the client this rule limits: the tenant id the gateway derives
-	// from the X-Api-Key header. "*" matches every tenant and makes a default
-	// rule. 1 to 64 characters: letters, digits, '.', '_' and '-', starting
-	// with a letter or digit.
+	// tenant is the client this rule limits: the tenant id the gateway
+	// derives from the X-Api-Key header or from a verified token's tenant
+	// claim. "*" matches every tenant and makes a default rule (spec.match
+	// narrows it to the tenants whose token carries some claims). 1 to 64
+	// characters: letters, digits, '.', '_' and '-', starting with a letter
+	// or digit.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^(\*|[A-Za-z0-9][A-Za-z0-9._-]*)$`
@@ -133,6 +136,42 @@ type RateLimitRuleSpec struct {
 	// with Retry-After up to the start of the next period.
 	// +optional
 	Quota *Quota `json:"quota,omitempty"`
+
+	// match narrows a rule for every tenant ("*") to the requests whose
+	// identity carries the given claims, so that one rule per plan
+	// replaces one rule per tenant. Each tenant still gets a bucket of its
+	// own, as with any "*" rule. Only the HTTP proxy with --identity=jwt
+	// matches claims (an API key carries none; the Envoy rate limit
+	// service sees descriptors, not tokens): without them the rule never
+	// applies. Requires tenant "*".
+	// +optional
+	Match *RuleMatch `json:"match,omitempty"`
+}
+
+// RuleMatch is what a request's identity must carry for the rule to apply.
+type RuleMatch struct {
+	// claims maps claim paths to the value each must have: {plan: gold}
+	// matches a token whose claim plan is "gold". A path may name a
+	// nested claim with dots (org.plan); a claim whose own name has dots
+	// (https://example.com/plan) is found by its whole name first. A claim
+	// matches when it is the string value, a number or boolean written as
+	// the value ("3", "true"), or an array holding one of those. All claims
+	// must match. 1 to 8 claims; paths 1 to 256 bytes without empty names
+	// (no leading, trailing or double dot), values 1 to 256 bytes, neither
+	// with control characters.
+	//
+	// Precedence, for a tenant on a route: a rule for the tenant and the
+	// route, then the tenant and route "*", then a claims rule for the
+	// route, then a claims rule for route "*", then "*" and the route,
+	// then "*" and "*", then the built-in default. Among claims rules that
+	// all match, the one with more claims wins, then the first by its
+	// claims written in order (path=value, sorted by path).
+	// +kubebuilder:validation:MinProperties=1
+	// +kubebuilder:validation:MaxProperties=8
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 256 && !k.startsWith('.') && !k.endsWith('.') && !k.contains('..') && !k.matches('[[:cntrl:]]'))",message="spec.match.claims: a claim path is 1 to 256 bytes of names separated by single dots, without control characters"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].size() >= 1 && self[k].size() <= 256 && !self[k].matches('[[:cntrl:]]'))",message="spec.match.claims: a claim value is 1 to 256 bytes without control characters"
+	// +required
+	Claims map[string]string `json:"claims"`
 }
 
 // Quota is a number of tokens per calendar period in a time zone.

@@ -64,6 +64,12 @@ func valid() *unstructured.Unstructured {
 	}}
 }
 
+// matchClaims sets spec.match.claims (whose keys may hold dots, which set
+// would split).
+func matchClaims(claims map[string]any) func(*unstructured.Unstructured) {
+	return set("spec.match", map[string]any{"claims": claims})
+}
+
 func set(path string, v any) func(*unstructured.Unstructured) {
 	return func(u *unstructured.Unstructured) {
 		Expect(unstructured.SetNestedField(u.Object, v, strings.Split(path, ".")...)).To(Succeed())
@@ -226,6 +232,28 @@ var _ = Describe("RateLimitRule schema", func() {
 		Entry("a default debt (capacity) that takes over 2^53 ms to refill", both(set("spec.capacity", int64(7_446_428)), both(both(slowRefill,
 			set("spec.refill", map[string]any{"tokens": int64(1), "period": "168h"})),
 			set("spec.cost.response", map[string]any{"header": "X-Usage"}))), "spec", refillBound),
+		Entry("claims for one tenant", matchClaims(map[string]any{"plan": "gold"}),
+			"spec", `spec.match needs tenant "*"`),
+		Entry("match without claims", both(set("spec.tenant", "*"), set("spec.match", map[string]any{})), "spec.match.claims", "Required value"),
+		Entry("empty claims", both(set("spec.tenant", "*"), matchClaims(map[string]any{})), "spec.match.claims", "should have at least 1 properties"),
+		Entry("nine claims", both(set("spec.tenant", "*"), matchClaims(map[string]any{"a": "1", "b": "1", "c": "1", "d": "1", "e": "1", "f": "1", "g": "1", "h": "1", "i": "1"})),
+			"spec.match.claims", "must have at most 8 items"),
+		Entry("claim path with an empty name", both(set("spec.tenant", "*"), matchClaims(map[string]any{"org..plan": "gold"})),
+			"spec.match.claims", "a claim path is 1 to 256 bytes"),
+		Entry("claim path with a trailing dot", both(set("spec.tenant", "*"), matchClaims(map[string]any{"plan.": "gold"})),
+			"spec.match.claims", "a claim path is 1 to 256 bytes"),
+		Entry("claim path with a control character", both(set("spec.tenant", "*"), matchClaims(map[string]any{"pl\nan": "gold", "pl\x01an": "gold"})),
+			"spec.match.claims", "a claim path is 1 to 256 bytes"),
+		Entry("overlong claim path", both(set("spec.tenant", "*"), matchClaims(map[string]any{strings.Repeat("p", 257): "gold"})),
+			"spec.match.claims", "a claim path is 1 to 256 bytes"),
+		Entry("empty claim value", both(set("spec.tenant", "*"), matchClaims(map[string]any{"plan": ""})),
+			"spec.match.claims", "a claim value is 1 to 256 bytes"),
+		Entry("overlong claim value", both(set("spec.tenant", "*"), matchClaims(map[string]any{"plan": strings.Repeat("g", 257)})),
+			"spec.match.claims", "a claim value is 1 to 256 bytes"),
+		Entry("claim value with a control character", both(set("spec.tenant", "*"), matchClaims(map[string]any{"plan": "gold\t"})),
+			"spec.match.claims", "a claim value is 1 to 256 bytes"),
+		Entry("claim value not a string", both(set("spec.tenant", "*"), matchClaims(map[string]any{"level": int64(3)})),
+			"spec.match.claims.level", "must be of type string"),
 	)
 
 	DescribeTable("accepts valid edge cases",
@@ -281,6 +309,11 @@ var _ = Describe("RateLimitRule schema", func() {
 			set("spec.cost.response", map[string]any{"header": "X-Usage", "maxDebt": int64(7_446_428)})))),
 		Entry("the largest capacity and debt at one token a second", both(both(set("spec.capacity", int64(1_000_000_000)), set("spec.refillPerSecond", int64(1))),
 			set("spec.cost.response", map[string]any{"header": "X-Usage", "maxDebt": int64(1_000_000_000)}))),
+		Entry("a plan rule", both(set("spec.tenant", "*"), matchClaims(map[string]any{"plan": "gold"}))),
+		Entry("a plan rule for every route", both(both(set("spec.tenant", "*"), set("spec.route", "*")), matchClaims(map[string]any{"plan": "gold"}))),
+		Entry("eight claims, nested, namespaced and long", both(set("spec.tenant", "*"), matchClaims(map[string]any{
+			"org.plan": "gold", "https://example.com/tier": "1", "a.b.c.d": "true", "roles": "admin",
+			"e": "é ü", "f": "x y", "g": strings.Repeat("v", 256), strings.Repeat("p", 256): "1"}))),
 	)
 
 	It("defaults spec.concurrency.leaseSeconds to 10", func() {

@@ -19,6 +19,9 @@ type Rules interface {
 	// Lookup never returns nil: without a matching rule it returns the
 	// built-in default.
 	Lookup(tenant, route string) *snapshot.Rule
+	// LookupClaims is Lookup for a request whose identity carries claims
+	// (nil: none), which rules with spec.match.claims match on.
+	LookupClaims(tenant, route string, claims snapshot.Claims) *snapshot.Rule
 }
 
 // Options configure an Engine.
@@ -93,6 +96,13 @@ func (e *Engine) Decide(ctx context.Context, tenant, route string, cost int64) (
 // from it).
 func (e *Engine) Rule(tenant, route string) *snapshot.Rule {
 	return e.opts.Rules.Lookup(tenant, route)
+}
+
+// RuleFor is Rule for a request whose identity carries claims (a verified
+// token's; nil: none): rules with spec.match.claims apply to it, after the
+// tenant's own rules (see snapshot.Set.LookupClaims).
+func (e *Engine) RuleFor(tenant, route string, claims snapshot.Claims) *snapshot.Rule {
+	return e.opts.Rules.LookupClaims(tenant, route, claims)
 }
 
 // DecideRule is Decide under rule, which Rule returned for tenant and

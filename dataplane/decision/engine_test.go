@@ -20,6 +20,8 @@ type oneRule struct{ r snapshot.Rule }
 
 func (o *oneRule) Lookup(string, string) *snapshot.Rule { return &o.r }
 
+func (o *oneRule) LookupClaims(string, string, snapshot.Claims) *snapshot.Rule { return &o.r }
+
 // chain is a gateway's batched limiter chain on client, with deadlines long
 // enough that a slow test machine never falls back: these tests are about
 // Redis decisions.

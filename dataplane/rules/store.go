@@ -58,6 +58,20 @@ func (s *Store) Lookup(tenant, route string) *snapshot.Rule {
 	return &s.def
 }
 
+// LookupClaims is Lookup for a request whose identity carries claims (a
+// verified token's; nil: none), with the precedence of
+// snapshot.Set.LookupClaims: a tenant's own rules, then the rules that
+// match claims, then the "*" rules, then the built-in default. It never
+// returns nil; it does not allocate unless claims does.
+func (s *Store) LookupClaims(tenant, route string, claims snapshot.Claims) *snapshot.Rule {
+	if l := s.cur.Load(); l != nil {
+		if r := l.set.LookupClaims(tenant, route, claims); r != nil {
+			return r
+		}
+	}
+	return &s.def
+}
+
 // Replace makes set the snapshot in force, atomically. Lookups that started
 // before the swap may still return rules of the previous snapshot. A nil set
 // unloads the store: Lookup then answers the default for everything.

@@ -29,6 +29,8 @@ type oneRule struct{ r snapshot.Rule }
 
 func (o *oneRule) Lookup(string, string) *snapshot.Rule { return &o.r }
 
+func (o *oneRule) LookupClaims(string, string, snapshot.Claims) *snapshot.Rule { return &o.r }
+
 // scenarioAccuracy (4): N limiter instances in this process, each with its
 // own Redis client, Batcher and Cache (the gateway's chain), on one bucket:
 // admitted vs ideal with Redis healthy, with prefetch Auto, and during an

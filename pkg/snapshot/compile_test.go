@@ -39,6 +39,16 @@ func TestFromSpec(t *testing.T) {
 		}, Rule{Tenant: "shop-a", Route: "create-order", Capacity: 200, RefillTokens: 100, RefillPeriodMs: 1000, Source: "ns/r",
 			Prefetch: PrefetchFixed, Batch: 50}, ""},
 		{"no rate", func(s *v1alpha1.RateLimitRuleSpec) { s.RefillPerSecond = nil }, Rule{}, "exactly one"},
+		{"match claims", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Tenant, s.Match = "*", &v1alpha1.RuleMatch{Claims: map[string]string{"plan": "gold", "org.tier": "1"}}
+		}, Rule{Tenant: "*", Route: "create-order", Capacity: 200, RefillTokens: 100, RefillPeriodMs: 1000, Source: "ns/r",
+			Claims: []ClaimMatch{{"org.tier", "1"}, {"plan", "gold"}}}, ""},
+		{"match without claims (a file: no API server refuses it)", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Tenant, s.Match = "*", &v1alpha1.RuleMatch{}
+		}, Rule{}, "at least one claim"},
+		{"match for one tenant", func(s *v1alpha1.RateLimitRuleSpec) {
+			s.Match = &v1alpha1.RuleMatch{Claims: map[string]string{"plan": "gold"}}
+		}, Rule{}, `claims need tenant "*"`},
 		{"regions not adding up", func(s *v1alpha1.RateLimitRuleSpec) {
 			s.Regions = []v1alpha1.RegionShare{{Name: "eu", Percent: 70}}
 		}, Rule{}, "add up to 70"},

@@ -61,6 +61,7 @@ func appendRule(b []byte, r *Rule) []byte {
 		b = append(b, c...)
 	}
 	b = appendQuota(b, r)
+	b = appendClaims(b, r.Claims)
 	if r.Source != "" {
 		b = append(b, `,"s":`...)
 		b = appendString(b, r.Source)
@@ -119,4 +120,23 @@ func appendQuota(b []byte, r *Rule) []byte {
 		b = appendString(b, r.QuotaZone)
 	}
 	return b
+}
+
+// appendClaims appends the "cl" field of claims, when there are any.
+func appendClaims(b []byte, claims []ClaimMatch) []byte {
+	if len(claims) == 0 {
+		return b
+	}
+	b = append(b, `,"cl":[`...)
+	for i, c := range claims {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"k":`...)
+		b = appendString(b, c.Path)
+		b = append(b, `,"v":`...)
+		b = appendString(b, c.Value)
+		b = append(b, '}')
+	}
+	return append(b, ']')
 }

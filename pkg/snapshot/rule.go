@@ -48,6 +48,10 @@ type Rule struct {
 	QuotaLimit  int64       `json:"ql,omitempty"`
 	QuotaPeriod QuotaPeriod `json:"qp,omitempty"`
 	QuotaZone   string      `json:"qz,omitempty"`
+	// Claims is the compiled spec.match.claims, sorted by path: the rule
+	// (of tenant "*") applies only to requests whose identity carries
+	// them. See Set.LookupClaims for its precedence.
+	Claims []ClaimMatch `json:"cl,omitempty"`
 	// Source names the RateLimitRule this was compiled from ("namespace/name");
 	// empty for built-in rules.
 	Source string `json:"s,omitempty"`
@@ -169,6 +173,9 @@ func (r *Rule) Validate() error {
 		return err
 	}
 	if err := r.validateConcurrency(); err != nil {
+		return err
+	}
+	if err := r.validateClaims(); err != nil {
 		return err
 	}
 	return r.validateQuota()
@@ -357,6 +364,11 @@ func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 		r.MaxInFlight = c.MaxInFlight
 		r.MaxInFlightLeaseMs = int64(c.LeaseSeconds) * 1000
 	}
+	if spec.Match != nil && len(spec.Match.Claims) == 0 {
+		// Without claims the rule would apply to every tenant.
+		return Rule{}, fmt.Errorf("%s: spec.match needs at least one claim in spec.match.claims", source)
+	}
+	r.Claims = claimsFromSpec(spec.Match)
 	if err := r.compileQuota(spec.Quota, source); err != nil {
 		return Rule{}, err
 	}

@@ -16,6 +16,9 @@ type Set struct {
 	format  int // of every shard
 	version int64
 	rules   int
+	// claimed holds the rules with claims, by route in precedence order;
+	// nil when there are none.
+	claimed claimRules
 }
 
 // NewSet assembles shards, which must all have the same count and format and
@@ -40,12 +43,57 @@ func NewSet(shards []*Shard) (*Set, error) {
 			return nil, fmt.Errorf("shard %d given twice", sh.Index)
 		}
 		sh.index()
+		s.indexClaims(sh)
 		s.shards[sh.Index] = sh
 		s.rules += len(sh.Rules)
 		s.version = max(s.version, sh.Version)
 	}
+	s.claimed.sort()
 	return s, nil
 }
+
+// indexClaims adds the rules of sh that have claims to s.claimed.
+func (s *Set) indexClaims(sh *Shard) {
+	for i := range sh.Rules {
+		if r := &sh.Rules[i]; len(r.Claims) > 0 {
+			if s.claimed == nil {
+				s.claimed = claimRules{}
+			}
+			s.claimed.add(r)
+		}
+	}
+}
+
+// LookupClaims is Lookup for a request whose identity carries claims (nil:
+// none). The precedence: exact tenant and route, then tenant and "*", then
+// a rule with claims (tenant "*") for the route whose claims c all
+// carries, then one for "*", then "*" and route, then "*" and "*". Among
+// the claims rules of one route that c matches, the one with more claims
+// wins, then the first by ClaimsKey. It does not allocate.
+func (s *Set) LookupClaims(tenant, route string, c Claims) *Rule {
+	if c == nil || s.claimed == nil {
+		return s.Lookup(tenant, route)
+	}
+	if r := s.get(tenant, route); r != nil {
+		return r
+	}
+	if r := s.get(tenant, v1alpha1.Wildcard); r != nil {
+		return r
+	}
+	if r := s.claimed.match(route, c); r != nil {
+		return r
+	}
+	if r := s.claimed.match(v1alpha1.Wildcard, c); r != nil {
+		return r
+	}
+	if r := s.get(v1alpha1.Wildcard, route); r != nil {
+		return r
+	}
+	return s.get(v1alpha1.Wildcard, v1alpha1.Wildcard)
+}
+
+// HasClaimRules reports whether any rule of the snapshot matches claims.
+func (s *Set) HasClaimRules() bool { return s.claimed != nil }
 
 // Lookup returns the rule that governs tenant on route, by precedence: exact
 // tenant and route, then tenant and "*", then "*" and route, then "*" and "*".
@@ -66,7 +114,7 @@ func (s *Set) Lookup(tenant, route string) *Rule {
 // get returns the rule for exactly tenant and route, from the shard that
 // holds it.
 func (s *Set) get(tenant, route string) *Rule {
-	return s.shards[Placement(s.format, tenant, route, len(s.shards))].byKey[ruleKey{tenant, route}]
+	return s.shards[Placement(s.format, tenant, route, len(s.shards))].byKey[ruleKey{tenant, route, ""}]
 }
 
 // Version is the highest shard version: the snapshot version a gateway reports

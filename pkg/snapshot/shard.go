@@ -116,7 +116,8 @@ type Shard struct {
 	byKey map[ruleKey]*Rule
 }
 
-type ruleKey struct{ tenant, route string }
+// ruleKey identifies a rule: its tenant, route and ClaimsKey.
+type ruleKey struct{ tenant, route, claims string }
 
 // payload is the JSON stored (compressed) in a shard ConfigMap.
 type payload struct {
@@ -231,7 +232,10 @@ func sortRules(rules []Rule) {
 		if rules[i].Tenant != rules[j].Tenant {
 			return rules[i].Tenant < rules[j].Tenant
 		}
-		return rules[i].Route < rules[j].Route
+		if rules[i].Route != rules[j].Route {
+			return rules[i].Route < rules[j].Route
+		}
+		return rules[i].ClaimsKey() < rules[j].ClaimsKey()
 	})
 }
 
@@ -249,21 +253,24 @@ func checksum(rules []Rule) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// index builds the lookup map; NewSet calls it, so only readers pay for it.
+// index builds the lookup map of the rules without claims; NewSet calls
+// it, so only readers pay for it.
 func (s *Shard) index() {
 	if s.byKey != nil {
 		return
 	}
 	s.byKey = make(map[ruleKey]*Rule, len(s.Rules))
 	for i := range s.Rules {
-		r := &s.Rules[i]
-		s.byKey[ruleKey{r.Tenant, r.Route}] = r
+		if r := &s.Rules[i]; len(r.Claims) == 0 {
+			s.byKey[ruleKey{r.Tenant, r.Route, ""}] = r
+		}
 	}
 }
 
-// Get returns the rule for exactly tenant and route (either may be "*").
+// Get returns the rule without claims for exactly tenant and route (either
+// may be "*").
 func (s *Shard) Get(tenant, route string) *Rule {
-	return s.byKey[ruleKey{tenant, route}]
+	return s.byKey[ruleKey{tenant, route, ""}]
 }
 
 // Encode compresses the shard for a ConfigMap. The JSON is written by hand
@@ -356,9 +363,9 @@ func Decode(data []byte) (*Shard, error) {
 		if got := Placement(p.Format, r.Tenant, r.Route, p.Count); got != p.Index {
 			return nil, fmt.Errorf("rule %d (tenant %q route %q) belongs in shard %d, found in shard %d", i, r.Tenant, r.Route, got, p.Index)
 		}
-		k := ruleKey{r.Tenant, r.Route}
+		k := ruleKey{r.Tenant, r.Route, r.ClaimsKey()}
 		if _, dup := seen[k]; dup {
-			return nil, fmt.Errorf("rule %d: duplicate tenant %q route %q", i, r.Tenant, r.Route)
+			return nil, fmt.Errorf("rule %d: duplicate tenant %q route %q%s", i, r.Tenant, r.Route, claimsNote(r))
 		}
 		seen[k] = struct{}{}
 	}

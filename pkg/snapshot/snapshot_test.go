@@ -308,6 +308,7 @@ func FuzzAppendRule(f *testing.F) {
 		if shadow {
 			r.Regions = []RegionShare{{Name: route, Percent: int32(c)}, {Name: src, Percent: 1}}
 			r.Cost = &Cost{Fixed: c, Header: tenant, Max: n, Response: &ResponseCost{JSONField: route, MaxDebt: p, OnClientGone: &n}}
+			r.Claims = []ClaimMatch{{Path: tenant, Value: src}, {Path: route, Value: tenant}}
 		}
 		var back Rule
 		if err := json.Unmarshal(appendRule(nil, &r), &back); err != nil {
