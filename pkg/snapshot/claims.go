@@ -27,17 +27,21 @@ type Claims interface {
 	HasClaim(path, value string) bool
 }
 
-// claimsFromSpec compiles spec.match.claims, sorted by path.
-func claimsFromSpec(m *v1alpha1.RuleMatch) []ClaimMatch {
-	if m == nil || len(m.Claims) == 0 {
-		return nil
+// claimsFromSpec compiles spec.match.claims, sorted by path. A match
+// without claims is an error: the rule would apply to every tenant.
+func claimsFromSpec(m *v1alpha1.RuleMatch, source string) ([]ClaimMatch, error) {
+	if m == nil {
+		return nil, nil
+	}
+	if len(m.Claims) == 0 {
+		return nil, fmt.Errorf("%s: spec.match needs at least one claim in spec.match.claims", source)
 	}
 	out := make([]ClaimMatch, 0, len(m.Claims))
 	for k, v := range m.Claims {
 		out = append(out, ClaimMatch{Path: k, Value: v})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	return out
+	return out, nil
 }
 
 // validateClaims checks a rule's claims: tenant "*", at most

@@ -325,13 +325,13 @@ func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 	if !ok {
 		return Rule{}, fmt.Errorf("%s: exactly one of spec.refillPerSecond and spec.refill must be set", source)
 	}
+	claims, err := claimsFromSpec(spec.Match, source)
+	if err != nil {
+		return Rule{}, err
+	}
 	r := Rule{
-		Tenant:         spec.Tenant,
-		Route:          spec.Route,
-		Capacity:       spec.Capacity,
-		RefillTokens:   tokens,
-		RefillPeriodMs: period.Milliseconds(),
-		Source:         source,
+		Tenant: spec.Tenant, Route: spec.Route, Capacity: spec.Capacity, Claims: claims,
+		RefillTokens: tokens, RefillPeriodMs: period.Milliseconds(), Source: source,
 	}
 	shadow, ok := specModes[spec.Mode]
 	if !ok {
@@ -364,11 +364,6 @@ func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 		r.MaxInFlight = c.MaxInFlight
 		r.MaxInFlightLeaseMs = int64(c.LeaseSeconds) * 1000
 	}
-	if spec.Match != nil && len(spec.Match.Claims) == 0 {
-		// Without claims the rule would apply to every tenant.
-		return Rule{}, fmt.Errorf("%s: spec.match needs at least one claim in spec.match.claims", source)
-	}
-	r.Claims = claimsFromSpec(spec.Match)
 	if err := r.compileQuota(spec.Quota, source); err != nil {
 		return Rule{}, err
 	}
