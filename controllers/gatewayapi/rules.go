@@ -57,6 +57,7 @@ func compileRule(rt *gwv1.HTTPRoute, i int) (out routetable.Rule, msg string) {
 	out = routetable.Rule{
 		ID: routetable.RuleID(rt.Namespace, rt.Name, section, i), Route: rt.Namespace + "/" + rt.Name,
 		Created: rt.CreationTimestamp.Unix(), Index: i,
+		ForwardAuthorization: rt.Annotations[routetable.AnnotationForwardAuthorization] == "true",
 	}
 	switch {
 	case r.Retry != nil:

@@ -1,6 +1,8 @@
 // Package identity finds out which tenant a request belongs to: it reads the
 // API key from the X-Api-Key header (APIKey) and maps it to a tenant id with a
-// Resolver (Direct, Mapped or MappedWatcher).
+// Resolver (Direct, Mapped or MappedWatcher), or verifies a bearer token
+// (Tokens, through jwtauth); a Chain picks the method by the credential the
+// request carries.
 //
 // An API key is a credential. Nothing in this package puts a key, or any part
 // of one, into an error; use Fingerprint to correlate clients in logs. Every
@@ -16,6 +18,7 @@ import (
 	"net/http"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/dataplane/jwtauth"
 )
 
 // HeaderName is the request header that carries the API key.
@@ -38,13 +41,14 @@ var (
 )
 
 // Status is the HTTP status code to answer a request that failed with err:
-// 401 for ErrMissingKey and ErrUnknownKey, 400 for ErrInvalidKey, 200 for nil
-// and 500 for any other error.
+// 401 for ErrMissingKey, ErrUnknownKey and the bearer token errors
+// (jwtauth.ErrMissing, jwtauth.ErrInvalid), 400 for ErrInvalidKey, 200 for
+// nil and 500 for any other error.
 func Status(err error) int {
 	switch {
 	case err == nil:
 		return http.StatusOK
-	case errors.Is(err, ErrMissingKey), errors.Is(err, ErrUnknownKey):
+	case errors.Is(err, ErrMissingKey), errors.Is(err, ErrUnknownKey), errors.Is(err, jwtauth.ErrMissing), errors.Is(err, jwtauth.ErrInvalid):
 		return http.StatusUnauthorized
 	case errors.Is(err, ErrInvalidKey):
 		return http.StatusBadRequest

@@ -121,6 +121,9 @@ const (
 	IdentityInvalid = "invalid" // malformed X-Api-Key (400)
 	IdentityUnknown = "unknown" // a key of no tenant (401)
 	IdentityLimited = "limited" // the client address spent its failures (429)
+	// IdentityInvalidToken: a bearer token refused (401 invalid_token);
+	// JWT.Refused says why.
+	IdentityInvalidToken = "invalid_token"
 )
 
 // Origins of Gateway.Responses.
@@ -194,11 +197,11 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 		}),
 		IdentityFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_gateway_identity_failures_total",
-			Help: "Requests refused before a tenant was found, by reason: missing (401), invalid (400) or unknown (401) API key, or limited (429: the client address has no failed identification left).",
+			Help: "Requests refused before a tenant was found, by reason: missing (401: no API key or bearer token), invalid (400) or unknown (401) API key, invalid_token (401: a bearer token refused), or limited (429: the client address has no failed identification left).",
 		}, []string{"reason"}),
 		ReloadErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_gateway_reload_errors_total",
-			Help: "Rejected reloads by source (rules, routes, api-keys); the last good version stays in use.",
+			Help: "Rejected reloads by source (rules, routes, api-keys, jwks, jwt-secret); the last good version stays in use.",
 		}, []string{"source"}),
 		ForeignRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_gateway_foreign_refused_total",

@@ -79,7 +79,11 @@ func (g *gatewayUpstreams) retainTransports(u *upstreams) {
 }
 
 func (g *gatewayUpstreams) get(h *Handler, table *httproutes.Table, rule *httproutes.Rule) *upstream {
-	return g.cur.get(table, rule, func() *upstream { return h.buildGatewayUpstream(rule) })
+	return g.cur.get(table, rule, func() *upstream {
+		up := h.buildGatewayUpstream(rule)
+		up.forwardAuthorization = rule.ForwardAuthorization
+		return up
+	})
 }
 
 // buildGatewayUpstream builds the forwarding of one HTTPRoute rule: a

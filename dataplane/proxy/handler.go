@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/httpguard"
 	"github.com/tollgate-dev/tollgate/dataplane/httproutes"
 	"github.com/tollgate-dev/tollgate/dataplane/identity"
+	"github.com/tollgate-dev/tollgate/dataplane/jwtauth"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
@@ -36,8 +37,13 @@ type Options struct {
 	// Decider decides for a tenant and route; with a limiter.Failover
 	// underneath it never returns errors.
 	Decider Decider
-	// Identity turns an API key into a tenant id.
+	// Identity turns an API key into a tenant id; used when Chain is nil.
 	Identity identity.Resolver
+	// Chain, when set, identifies requests instead (API keys and bearer
+	// tokens, --identity=mapped,jwt).
+	Chain *identity.Chain
+	// JWT, when set, counts refused bearer tokens by reason.
+	JWT *metrics.JWT
 	// Metrics records decisions and responses.
 	Metrics *metrics.Gateway
 	// IETFHeaders adds the IETF RateLimit and RateLimit-Policy headers next to
@@ -79,8 +85,9 @@ type Options struct {
 // Decider makes the rate limit decision of one request, and charges a
 // response's cost after it; decision.Engine implements it.
 type Decider interface {
-	// Rule is the rule in force for tenant on route (never nil).
-	Rule(tenant, route string) *snapshot.Rule
+	// RuleFor is the rule in force for tenant on route (never nil), for
+	// an identity that carries claims (nil: none).
+	RuleFor(tenant, route string, claims snapshot.Claims) *snapshot.Rule
 	// DecideRule takes cost tokens for tenant on route under rule.
 	DecideRule(ctx context.Context, tenant, route string, rule *snapshot.Rule, cost int64) (decision.Decision, error)
 	// Charge charges a response's cost, into debt if need be.
@@ -102,8 +109,9 @@ type Handler struct {
 	gwUpstreams *gatewayUpstreams
 	// drains bounds the answers read after their client left.
 	drains *drainLimits
+	chain  *identity.Chain
 
-	failuresMissing, failuresInvalid, failuresUnknown, failuresLimited prometheus.Counter
+	failuresMissing, failuresInvalid, failuresUnknown, failuresLimited, failuresToken prometheus.Counter
 }
 
 // New returns a Handler.
@@ -111,13 +119,19 @@ func New(opts Options) *Handler {
 	log := ratelog.New(opts.Logger, logInterval)
 	f := opts.Metrics.IdentityFailures
 	tenantHeader := http.CanonicalHeaderKey(cmp.Or(opts.TenantHeader, DefaultTenantHeader))
+	chain := opts.Chain
+	if chain == nil {
+		chain = identity.NewChain(identity.APIKeys(opts.Identity))
+	}
 	h := &Handler{
 		opts: opts, upstreams: newUpstreams(opts.Metrics, log, opts.UpstreamTimeout, tenantHeader), log: log,
 		tenantHeader:    tenantHeader,
 		gwUpstreams:     &gatewayUpstreams{},
 		drains:          newDrainLimits(&opts),
+		chain:           chain,
 		failuresMissing: f.WithLabelValues(metrics.IdentityMissing), failuresInvalid: f.WithLabelValues(metrics.IdentityInvalid),
 		failuresUnknown: f.WithLabelValues(metrics.IdentityUnknown), failuresLimited: f.WithLabelValues(metrics.IdentityLimited),
+		failuresToken: f.WithLabelValues(metrics.IdentityInvalidToken),
 	}
 	h.gwUpstreams.retainTransports(h.upstreams)
 	return h
@@ -158,24 +172,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuseFailures(w, up.id, wait)
 		return
 	}
-	key, err := identity.APIKey(r.Header)
+	caller, err := h.chain.Identify(r.Context(), r.Header)
 	if err == nil {
-		var tenant string
-		if tenant, err = h.opts.Identity.Tenant(key); err == nil {
-			h.limitAndForward(w, r, up, tenant, body)
-			return
-		}
+		h.limitAndForward(w, r, up, caller, body)
+		return
 	}
 	if wait, ok := h.opts.Failures.Fail(r.RemoteAddr); !ok {
 		h.refuseFailures(w, up.id, wait)
 		return
 	}
-	h.failures(err).Inc()
-	status := identity.Status(err)
-	if status == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", `ApiKey header="X-Api-Key"`)
-	}
-	h.reply(w, up.id, status, errorText(err))
+	h.refuseIdentity(w, up.id, err)
 }
 
 // refuseFailures answers a client address that has spent its failed
@@ -189,10 +195,12 @@ func (h *Handler) refuseFailures(w http.ResponseWriter, route string, wait time.
 // failures is the failure counter of an identity error.
 func (h *Handler) failures(err error) prometheus.Counter {
 	switch {
-	case errors.Is(err, identity.ErrMissingKey):
+	case errors.Is(err, identity.ErrMissingKey), errors.Is(err, jwtauth.ErrMissing):
 		return h.failuresMissing
 	case errors.Is(err, identity.ErrUnknownKey):
 		return h.failuresUnknown
+	case errors.Is(err, jwtauth.ErrInvalid):
+		return h.failuresToken
 	}
 	return h.failuresInvalid
 }
@@ -201,8 +209,9 @@ func (h *Handler) failures(err error) prometheus.Counter {
 // cost comes from its rule (spec.cost.request; a malformed cost header is
 // answered 400); a rule with a response cost charges it once the response
 // is over (settle), before the handler returns.
-func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *upstream, tenant string, body *deadlineBody) {
-	rule := h.opts.Decider.Rule(tenant, up.id)
+func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *upstream, caller identity.Caller, body *deadlineBody) {
+	tenant := caller.Tenant
+	rule := h.opts.Decider.RuleFor(tenant, up.id, caller.Claims)
 	cost, err := requestCost(r, rule.Cost)
 	if err != nil {
 		h.reply(w, up.id, http.StatusBadRequest, err.Error())
@@ -227,8 +236,10 @@ func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *up
 		return
 	}
 	defer slot.release()
-	// The upstream learns the tenant, never the key (forwardIdentity).
-	r.Header[h.tenantHeader] = []string{tenant}
+	// The upstream learns the tenant, never the credential (forwardIdentity,
+	// stripCredential).
+	stripCredential(r, up, caller)
+	r.Header[h.tenantHeader] = []string{caller.Tenant}
 	if body != nil {
 		// The body is read while forwarding: the upstream's error handler
 		// finds it in the context to tell a client's timeout from the
@@ -286,9 +297,16 @@ func (h *Handler) reply(w http.ResponseWriter, route string, status int, msg str
 	_, _ = w.Write([]byte(`{"error":` + strconv.Quote(msg) + "}\n"))
 }
 
-// errorText describes an identity error without the key.
+// errorText describes an identity error without the key or token.
 func errorText(err error) string {
+	var ie *jwtauth.InvalidError
 	switch {
+	case errors.As(err, &ie):
+		return "invalid bearer token: " + ie.Description
+	case errors.Is(err, identity.ErrMissingKey) && errors.Is(err, jwtauth.ErrMissing):
+		return "missing credentials: send an X-Api-Key header or an Authorization: Bearer token"
+	case errors.Is(err, jwtauth.ErrMissing):
+		return "missing Authorization: Bearer token"
 	case errors.Is(err, identity.ErrMissingKey):
 		return "missing X-Api-Key header"
 	case errors.Is(err, identity.ErrUnknownKey):

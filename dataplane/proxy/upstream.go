@@ -34,6 +34,9 @@ type upstream struct {
 	// a route without one); it also bounds the read of an answer after
 	// its client left (drain.go).
 	timeout time.Duration
+	// forwardAuthorization: the route forwards the Authorization header
+	// even when the identity came from it.
+	forwardAuthorization bool
 }
 
 // numSources is the number of limiter.Source values; sourceName labels one.
@@ -115,7 +118,11 @@ func newUpstreams(m *metrics.Gateway, log *ratelog.Logger, timeout time.Duration
 
 // get returns the upstream of route, a route of table.
 func (u *upstreams) get(table *routes.Table, route *routes.Route) *upstream {
-	return u.cur.get(table, route, func() *upstream { return u.build(route) })
+	return u.cur.get(table, route, func() *upstream {
+		up := u.build(route)
+		up.forwardAuthorization = route.ForwardAuthorization
+		return up
+	})
 }
 
 // classCounters counts a route's responses by status class: index 1 for

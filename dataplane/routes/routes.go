@@ -14,6 +14,7 @@
 //	    host: shop.example.com           # optional; case-insensitive, port ignored
 //	    stripPrefix: false               # optional, only with pathPrefix
 //	    timeout: 30s                     # optional response-header timeout, (0, 10m]; default: the gateway's --upstream-timeout
+//	    forwardAuthorization: false      # optional; true forwards a bearer token that identified the request
 //
 // Unknown fields, duplicate keys and duplicate ids are errors, and so is a file
 // without a top-level "routes" key, such as an empty file. An empty
@@ -76,6 +77,12 @@ type Route struct {
 	// Timeout is the upstream response-header timeout; zero means the
 	// caller's default.
 	Timeout time.Duration `json:"timeout,omitempty"`
+	// ForwardAuthorization forwards the Authorization header upstream
+	// even when the request's identity came from it (a bearer token that
+	// the upstream verifies again); by default the gateway removes it
+	// then. A header that did not identify the request is forwarded
+	// either way.
+	ForwardAuthorization bool `json:"forwardAuthorization,omitempty"`
 }
 
 // routeFile is the file form of a Route.
@@ -88,6 +95,8 @@ type routeFile struct {
 	Host        string   `json:"host,omitempty"`
 	StripPrefix bool     `json:"stripPrefix,omitempty"`
 	Timeout     string   `json:"timeout,omitempty"`
+
+	ForwardAuthorization bool `json:"forwardAuthorization,omitempty"`
 }
 
 // MarshalJSON encodes r in the route file form: Upstream as a URL string and
@@ -100,6 +109,8 @@ func (r Route) MarshalJSON() ([]byte, error) {
 		PathPrefix:  r.PathPrefix,
 		Host:        r.Host,
 		StripPrefix: r.StripPrefix,
+
+		ForwardAuthorization: r.ForwardAuthorization,
 	}
 	if r.Upstream != nil {
 		f.Upstream = r.Upstream.String()
@@ -199,6 +210,8 @@ var wants = map[string]string{
 	"host":        "a string",
 	"stripPrefix": "a boolean",
 	"timeout":     `a duration string such as "30s"`,
+
+	"forwardAuthorization": "a boolean",
 }
 
 // label names route i in error messages.
@@ -229,7 +242,7 @@ func parseRoute(i int, raw json.RawMessage) (Route, []error) {
 		return Route{ID: f.ID}, c.errs
 	}
 	// One check per field, in the order of the file format.
-	r := Route{ID: f.ID, StripPrefix: f.StripPrefix}
+	r := Route{ID: f.ID, StripPrefix: f.StripPrefix, ForwardAuthorization: f.ForwardAuthorization}
 	c.id(f.ID)
 	r.Methods = c.methods(f.Methods)
 	r.Path, r.PathPrefix = c.paths(f.Path, f.PathPrefix, f.StripPrefix)

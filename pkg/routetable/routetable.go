@@ -139,7 +139,17 @@ type Rule struct {
 	// that arrived over TLS only; otherwise it serves plain HTTP requests
 	// only. A route attached to both kinds of listener has one rule of each.
 	TLS bool `json:"tls,omitempty"`
+	// ForwardAuthorization: the HTTPRoute's annotation
+	// AnnotationForwardAuthorization is "true": the Authorization header
+	// goes upstream even when the request's identity came from it.
+	ForwardAuthorization bool `json:"forwardAuthorization,omitempty"`
 }
+
+// AnnotationForwardAuthorization on an HTTPRoute, "true", makes its rules
+// forward the Authorization header upstream even when the gateway
+// identified the request by its bearer token (the upstream verifies the
+// token too); by default the gateway removes the header then.
+const AnnotationForwardAuthorization = "ratelimit.tollgate.dev/forward-authorization"
 
 // Path match types.
 const (
