@@ -49,6 +49,7 @@ type Gateway struct {
 	certs *tlscerts.Store
 	store *rules.Store
 	keys  *identity.MappedWatcher
+	jwt   *jwtIdentity // nil without jwt in --identity
 	files *rules.FileSource
 	cms   *rules.ConfigMapSource
 	kube  kubernetes.Interface
@@ -96,25 +97,12 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	g.buildSlots()
-	resolver := g.resolver()
 	g.engine = decision.New(decision.Options{
 		Rules: g.store, Limiter: g.chain, Region: opts.Region, Replicas: g.members.Replicas,
 		Clock: opts.Clock, QuotaShift: opts.quotaShift,
 	})
-	if g.routes != nil || g.httpRoutes != nil {
-		po := proxy.Options{
-			Decider: g.engine, Identity: resolver,
-			Metrics: g.metrics, IETFHeaders: opts.IETFHeaders, Logger: log.WithName("proxy"),
-			UpstreamTimeout: opts.UpstreamTimeout, ClientBodyTimeout: opts.ClientBodyTimeout, Failures: opts.failureLimiter(),
-			Slots: g.slots, Region: opts.Region, TenantHeader: opts.TenantHeader,
-			DrainBytes: opts.ResponseCostDrainBytes, MaxDrains: opts.ResponseCostMaxDrains,
-		}
-		if g.httpRoutes != nil {
-			po.HTTPRoutes = g.httpRoutes.Current
-		} else {
-			po.Routes = g.routes.Current
-		}
-		g.handler = proxy.New(po)
+	if err := g.buildProxy(); err != nil {
+		return nil, err
 	}
 	if opts.RLSListen != "" {
 		rlsOpts := rls.Options{
@@ -135,6 +123,35 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	return g, nil
+}
+
+// buildProxy builds the identity methods and, with routes, the HTTP
+// proxy.
+func (g *Gateway) buildProxy() error {
+	chain, err := g.identityChain()
+	if err != nil {
+		return err
+	}
+	if g.routes == nil && g.httpRoutes == nil {
+		return nil
+	}
+	po := proxy.Options{
+		Decider: g.engine, Chain: chain,
+		Metrics: g.metrics, IETFHeaders: g.opts.IETFHeaders, Logger: g.log.WithName("proxy"),
+		UpstreamTimeout: g.opts.UpstreamTimeout, ClientBodyTimeout: g.opts.ClientBodyTimeout, Failures: g.opts.failureLimiter(),
+		Slots: g.slots, Region: g.opts.Region, TenantHeader: g.opts.TenantHeader,
+		DrainBytes: g.opts.ResponseCostDrainBytes, MaxDrains: g.opts.ResponseCostMaxDrains,
+	}
+	if g.httpRoutes != nil {
+		po.HTTPRoutes = g.httpRoutes.Current
+	} else {
+		po.Routes = g.routes.Current
+	}
+	if g.jwt != nil {
+		po.JWT = g.jwt.metrics
+	}
+	g.handler = proxy.New(po)
+	return nil
 }
 
 // buildChain builds the limiter chain (limiter.NewChain lists its layers):

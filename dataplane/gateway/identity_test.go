@@ -85,8 +85,8 @@ func TestHeaderIsTenantOptIn(t *testing.T) {
 		keys     string // --api-keys-file
 		want     string // substring of the error
 	}{
-		{"both", gateway.IdentityHeaderIsTenant, e.dir + "/keys.yaml", "exclude each other"},
-		{"unknown mode", "trust-me", "", `--identity "trust-me": want mapped or header-is-tenant`},
+		{"both", gateway.IdentityHeaderIsTenant, e.dir + "/keys.yaml", "--api-keys-file needs mapped in --identity"},
+		{"unknown mode", "trust-me", "", `--identity "trust-me": want mapped, header-is-tenant or jwt`},
 	} {
 		o := e.defaultIdentity(srv.Addr())
 		o.Identity, o.APIKeysFile = tc.identity, tc.keys

@@ -7,6 +7,7 @@ package gateway
 import (
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -58,6 +59,8 @@ type Options struct {
 	IETFHeaders bool
 	// TenantHeader: see --tenant-header.
 	TenantHeader string
+	// JWT configures --identity with jwt.
+	JWT JWTOptions
 
 	DefaultCapacity        int64
 	DefaultRefillPerSecond int64
@@ -115,6 +118,7 @@ type Options struct {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.addServingFlags(fs)
 	o.addInputFlags(fs)
+	o.JWT.AddFlags(fs)
 	o.addLimiterFlags(fs)
 	o.addClusterFlags(fs)
 	o.addTimeoutFlags(fs)
@@ -157,9 +161,11 @@ func (o *Options) addInputFlags(fs *pflag.FlagSet) {
 		"Map API keys to tenant ids (YAML: keys: [{tenant, sha256 | key}]), reloaded on change; unknown keys get 401. "+
 			"Required by --identity=mapped (the default) when the HTTP proxy runs.")
 	fs.StringVar(&o.Identity, "identity", IdentityMapped,
-		"How the proxy finds a request's tenant: mapped (the X-Api-Key value is looked up in --api-keys-file; unknown keys get 401) or "+
+		"How the proxy finds a request's tenant: mapped (the X-Api-Key value is looked up in --api-keys-file; unknown keys get 401), "+
 			"header-is-tenant (the X-Api-Key value IS the tenant id, unchecked: any client can use or drain any tenant's bucket; "+
-			"only behind a proxy that authenticates clients and sets X-Api-Key itself; a warning is logged at start).")
+			"only behind a proxy that authenticates clients and sets X-Api-Key itself; a warning is logged at start), "+
+			"or jwt (an Authorization: Bearer token verified with the --jwt-* flags, the tenant from --jwt-tenant-claim). "+
+			"A comma-separated list such as mapped,jwt accepts either: the first credential the request carries decides.")
 	fs.IntVar(&o.FailureBurst, "identity-failure-burst", 20,
 		"Failed identifications (401, 400) a client address may have in a row; after that every request from it gets 429 until it earns failures back "+
 			"(so a right guess cannot be told from a wrong one). The address is the TCP peer, IPv6 by /64, never X-Forwarded-For. 0 disables the limit.")
@@ -312,23 +318,26 @@ func (o *Options) validateTimeouts() error {
 	return nil
 }
 
-// validateIdentity checks --identity against --api-keys-file. The rate limit
-// service alone (no --routes) takes tenants from Envoy's descriptors and needs
-// no keys.
+// validateIdentity checks --identity against --api-keys-file and the
+// --jwt-* flags. The rate limit service alone (no --routes) takes tenants
+// from Envoy's descriptors and needs no keys.
 func (o *Options) validateIdentity() error {
-	switch o.Identity {
-	case IdentityMapped:
+	methods, err := identityMethods(o.Identity)
+	if err != nil {
+		return err
+	}
+	if err := o.JWT.validate(slices.Contains(methods, IdentityJWT), o.RulesPath == ""); err != nil {
+		return err
+	}
+	switch {
+	case slices.Contains(methods, IdentityMapped):
 		if o.APIKeysFile == "" && (o.RoutesFile != "" || o.GatewayAPI) {
 			return fmt.Errorf("--api-keys-file is required: with --identity=mapped (the default) the proxy maps API keys to tenants " +
 				"and refuses unknown keys; on a trusted network behind an authenticating proxy, --identity=header-is-tenant " +
 				"takes the X-Api-Key value as the tenant id instead")
 		}
-	case IdentityHeaderIsTenant:
-		if o.APIKeysFile != "" {
-			return fmt.Errorf("--api-keys-file and --identity=header-is-tenant exclude each other: keys are mapped to tenants only with --identity=mapped")
-		}
-	default:
-		return fmt.Errorf("--identity %q: want %s or %s", o.Identity, IdentityMapped, IdentityHeaderIsTenant)
+	case o.APIKeysFile != "":
+		return fmt.Errorf("--api-keys-file needs mapped in --identity: keys are mapped to tenants only with --identity=mapped (or a list with it, such as mapped,jwt)")
 	}
 	return nil
 }

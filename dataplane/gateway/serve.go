@@ -51,6 +51,9 @@ func (g *Gateway) loops() []loop {
 	if g.files != nil {
 		ls = append(ls, loop{"rules files", quiet(g.files.Run)})
 	}
+	if g.jwt != nil {
+		ls = append(ls, g.jwt.loops...)
+	}
 	if g.cms != nil {
 		ls = append(ls, loop{"rule snapshot ConfigMaps", g.cms.Run})
 	}
