@@ -5,8 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate-dev/tollgate/dataplane/identity"
 	"github.com/tollgate-dev/tollgate/dataplane/proxy"
+
+	"github.com/tollgate-dev/tollgate/dataplane/identity"
 )
 
 // TestChartIdentity: with default values the gateway maps API keys and knows
@@ -68,6 +69,129 @@ func TestChartIdentity(t *testing.T) {
 		if _, err := renderWith(t, tc.values); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: want an error mentioning %q, got %v", tc.name, tc.want, err)
 		}
+	}
+}
+
+// TestChartJWT: gateway.identity with jwt renders the --jwt-* flags the
+// binary accepts, the Secret source with a Role that reads that one
+// Secret, and refuses incomplete or contradictory values.
+func TestChartJWT(t *testing.T) {
+	const gw = "tollgate-gateway"
+	out, err := renderWith(t, `gateway:
+  identity: mapped,jwt
+  jwt:
+    issuer: https://login.example.com/
+    audiences: [orders-api, admin-api]
+    tenantClaim: org.id
+    algorithms: [RS256, ES256]
+    jwks: {existingSecret: issuer-jwks, secretKey: keys.json}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decode(t, out)
+	args := containerArgs(t, objs, gw, "gateway")
+	for flag, want := range map[string]string{
+		"identity": "mapped,jwt", "jwt-issuer": "https://login.example.com/", "jwt-audience": "orders-api,admin-api",
+		"jwt-tenant-claim": "org.id", "jwt-algorithms": "RS256,ES256", "jwt-leeway": "30s",
+		"jwt-jwks-secret": "issuer-jwks", "jwt-jwks-secret-key": "keys.json",
+		"api-keys-file": "/etc/tollgate/routes/no-api-keys.yaml",
+	} {
+		if v, _ := flagValue(args, flag); v != want {
+			t.Errorf("--%s=%q, want %q", flag, v, want)
+		}
+	}
+	if _, err := run(t.TempDir(), nil, nil, imageBinary(t), append(args, "--help")...); err != nil {
+		t.Errorf("the binary refuses the rendered args: %v", err)
+	}
+	role := find(objs, "Role", gw)
+	var names []string
+	for _, r := range role["rules"].([]any) {
+		rule := r.(map[string]any)
+		if res, _ := rule["resources"].([]any); len(res) == 1 && res[0] == "secrets" {
+			rn, _ := rule["resourceNames"].([]any)
+			if len(rn) == 0 {
+				t.Errorf("the gateway Role reads every Secret: %v", rule)
+			}
+			for _, n := range rn {
+				names = append(names, n.(string))
+			}
+		}
+	}
+	if strings.Join(names, ",") != "issuer-jwks" {
+		t.Errorf("the gateway Role reads Secrets %v, want only issuer-jwks", names)
+	}
+
+	// Discovery: no source flag; jwt alone: no key file.
+	out, err = renderWith(t, "gateway: {identity: jwt, jwt: {issuer: 'https://login.example.com', audiences: [api], tenantClaim: org_id}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = containerArgs(t, decode(t, out), gw, "gateway")
+	for _, f := range []string{"jwt-jwks-url", "jwt-jwks-secret", "api-keys-file"} {
+		if _, ok := flagValue(args, f); ok {
+			t.Errorf("discovery: --%s passed", f)
+		}
+	}
+	if strings.Contains(out, "no-api-keys.yaml") {
+		t.Error("jwt alone renders the empty API key list")
+	}
+
+	for _, tc := range []struct{ name, values, want string }{
+		{"jwt without issuer", "gateway: {identity: jwt}", "needs gateway.jwt.issuer"},
+		{"two sources", "gateway: {identity: jwt, jwt: {issuer: 'https://i.example', audiences: [a], tenantClaim: t, jwks: {url: 'https://i.example/k', existingSecret: s}}}", "exclude each other"},
+		{"jwt values without jwt", "gateway: {jwt: {issuer: 'https://i.example'}}", "needs jwt in gateway.identity"},
+		{"http issuer", "gateway: {identity: jwt, jwt: {issuer: 'http://i.example', audiences: [a], tenantClaim: t}}", "/gateway/jwt/issuer"},
+		{"alg none", "gateway: {identity: jwt, jwt: {issuer: 'https://i.example', audiences: [a], tenantClaim: t, algorithms: [none]}}", "/gateway/jwt/algorithms"},
+	} {
+		if _, err := renderWith(t, tc.values); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: want an error mentioning %q, got %v", tc.name, tc.want, err)
+		}
+	}
+}
+
+// TestKustomizeJWTComponent: config/components/jwt on config/default
+// gives the gateway --jwt-* args the binary accepts and a Role that reads
+// only the JWKS Secret; the gateway's Roles read no other Secret than
+// config/default's (the HTTPS listeners' copy).
+func TestKustomizeJWTComponent(t *testing.T) {
+	out, err := run(root, nil, nil, kubectl(t), "kustomize", repoPath("hack", "packaging", "testdata", "kustomize-jwt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decode(t, out)
+	args := containerArgs(t, objs, "tollgate-gateway", "gateway")
+	if v, _ := flagValue(args, "jwt-jwks-secret"); v != "tollgate-jwks" {
+		t.Errorf("--jwt-jwks-secret=%q", v)
+	}
+	if _, err := run(t.TempDir(), nil, nil, imageBinary(t), append(args, "--help")...); err != nil {
+		t.Errorf("the binary refuses the rendered args: %v", err)
+	}
+	secretRules := func(objs []object) (names []string) {
+		for _, o := range objs {
+			if o.kind() != "Role" || !strings.HasPrefix(o.name(), "tollgate-gateway") {
+				continue
+			}
+			for _, r := range o["rules"].([]any) {
+				rule := r.(map[string]any)
+				if res, _ := rule["resources"].([]any); len(res) == 1 && res[0] == "secrets" {
+					rn, _ := rule["resourceNames"].([]any)
+					if len(rn) == 0 {
+						t.Errorf("Role %s reads every Secret", o.name())
+					}
+					for _, n := range rn {
+						names = append(names, o.name()+":"+n.(string))
+					}
+				}
+			}
+		}
+		return names
+	}
+	const base = "tollgate-gateway:tollgate-httproutes-tls"
+	if got := strings.Join(secretRules(objs), ","); got != base+",tollgate-gateway-jwks:tollgate-jwks" {
+		t.Errorf("with the component, the gateway's Roles read Secrets %q", got)
+	}
+	if got := strings.Join(secretRules(decode(t, kustomizeDefault(t))), ","); got != base {
+		t.Errorf("config/default: the gateway's Roles read Secrets %q", got)
 	}
 }
 

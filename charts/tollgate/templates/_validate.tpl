@@ -21,8 +21,20 @@ a crash-looping pod. Included once, from gateway-deployment.yaml.
 {{- if and (or $r.tls.caSecret $r.tls.serverName) (not $r.tls.enabled) }}
 {{- fail "redis.tls.caSecret and redis.tls.serverName need redis.tls.enabled: true" }}
 {{- end }}
-{{- if and (eq .Values.gateway.identity "header-is-tenant") .Values.gateway.apiKeys.existingSecret }}
+{{- $methods := splitList "," .Values.gateway.identity }}
+{{- if and (not (has "mapped" $methods)) .Values.gateway.apiKeys.existingSecret }}
 {{- fail "gateway.apiKeys.existingSecret needs gateway.identity: mapped (with header-is-tenant the X-Api-Key value is the tenant id and no key is looked up)" }}
+{{- end }}
+{{- $jwt := .Values.gateway.jwt }}
+{{- if has "jwt" $methods }}
+{{- if not (and $jwt.issuer $jwt.audiences $jwt.tenantClaim) }}
+{{- fail "gateway.identity jwt needs gateway.jwt.issuer, gateway.jwt.audiences and gateway.jwt.tenantClaim" }}
+{{- end }}
+{{- if and $jwt.jwks.url $jwt.jwks.existingSecret }}
+{{- fail "gateway.jwt.jwks.url and gateway.jwt.jwks.existingSecret exclude each other (neither: the keys are discovered from gateway.jwt.issuer)" }}
+{{- end }}
+{{- else if or $jwt.issuer $jwt.jwks.url $jwt.jwks.existingSecret }}
+{{- fail "gateway.jwt needs jwt in gateway.identity (e.g. mapped,jwt)" }}
 {{- end }}
 {{- if and .Values.gatewayAPI.enabled .Values.gateway.routes }}
 {{- fail "gateway.routes must be empty with gatewayAPI.enabled: routes then come from HTTPRoutes" }}
