@@ -46,7 +46,6 @@ type URLSource struct {
 	mu      sync.Mutex // serializes fetches
 	last    time.Time  // of the last fetch attempt
 	jwksURL string     // opts.URL, or the discovered one
-	fetches atomic.Int64
 }
 
 // CheckURL reports what is wrong with a JWKS or issuer URL: it must be
@@ -93,10 +92,6 @@ func NewURLSource(opts URLOptions) *URLSource {
 // Keys is the last good key set, nil before the first fetch succeeded.
 func (s *URLSource) Keys() *Keys { return s.cur.Load() }
 
-// Fetches is the number of fetch attempts (of the JWKS, or of the
-// discovery document when that failed).
-func (s *URLSource) Fetches() int64 { return s.fetches.Load() }
-
 // Refresh fetches the JWKS unless a fetch started less than MinRefetch
 // ago, and returns the keys in force. Concurrent callers wait for the one
 // fetch in flight.
@@ -136,7 +131,6 @@ func (s *URLSource) Run(ctx context.Context) {
 // changed, valid set in; it reports success. The caller holds s.mu.
 func (s *URLSource) fetchLocked(ctx context.Context, now time.Time) bool {
 	s.last = now
-	s.fetches.Add(1)
 	// Not the caller's context: a request that goes away does not cancel
 	// the fetch that the requests waiting behind it need.
 	timeout := s.opts.Client.Timeout

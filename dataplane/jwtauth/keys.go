@@ -48,9 +48,6 @@ func (k *Keys) Len() int {
 	return len(k.keys)
 }
 
-// Sum identifies the JWKS's content.
-func (k *Keys) Sum() [sha256.Size]byte { return k.sum }
-
 // ParseJWKS parses a JSON Web Key Set ({"keys": [...]}). It keeps the
 // public signing keys (RSA of 2048 bits or more, EC on P-256, P-384 or
 // P-521, Ed25519) and skips encryption keys and key types it does not

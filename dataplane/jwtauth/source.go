@@ -78,7 +78,6 @@ type SecretSource struct {
 	key             string
 	opts            SourceOptions
 	cur             atomic.Pointer[Keys]
-	synced          atomic.Bool
 }
 
 // NewSecretSource returns a source for the JWKS in data key of the Secret
@@ -92,9 +91,6 @@ func (s *SecretSource) Keys() *Keys { return s.cur.Load() }
 
 // Refresh returns Keys: the Secret's changes arrive through the watch.
 func (s *SecretSource) Refresh(context.Context) *Keys { return s.cur.Load() }
-
-// Synced reports whether the Secret has been read once (found or not).
-func (s *SecretSource) Synced() bool { return s.synced.Load() }
 
 // Run watches the Secret until ctx ends.
 func (s *SecretSource) Run(ctx context.Context) error {
@@ -120,11 +116,8 @@ func (s *SecretSource) Run(ctx context.Context) error {
 	}
 	factory.StartWithContext(ctx)
 	defer factory.Shutdown()
-	if toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		s.synced.Store(true)
-		if len(inf.GetStore().List()) == 0 {
-			s.opts.failed(fmt.Errorf("%s not found; tokens are refused until it holds a JWKS", what))
-		}
+	if toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) && len(inf.GetStore().List()) == 0 {
+		s.opts.failed(fmt.Errorf("%s not found; tokens are refused until it holds a JWKS", what))
 	}
 	<-ctx.Done()
 	return nil

@@ -30,8 +30,7 @@ type Issuer struct {
 	URL string
 
 	mu      sync.Mutex
-	keys    []signingKey    // in order
-	hidden  map[string]bool // kids not published
+	keys    []signingKey // in order
 	next    int
 	failing atomic.Bool
 	jwks    atomic.Int64 // JWKS requests served
@@ -46,7 +45,7 @@ type signingKey struct {
 // NewIssuer starts an issuer with one RS256 key, "k1"; the server stops
 // when the test ends.
 func NewIssuer(t testing.TB) *Issuer {
-	iss := &Issuer{hidden: map[string]bool{}}
+	iss := &Issuer{}
 	srv := httptest.NewServer(http.HandlerFunc(iss.serve))
 	t.Cleanup(srv.Close)
 	iss.URL = srv.URL
@@ -109,32 +108,12 @@ func (i *Issuer) RemoveKey(kid string) {
 	}
 }
 
-// Hide keeps kid's private key for Sign but stops publishing it; Publish
-// publishes it again. (RemoveKey forgets it for good.)
-func (i *Issuer) Hide(kid string) { i.setPublished(kid, false) }
-
-// Publish undoes Hide.
-func (i *Issuer) Publish(kid string) { i.setPublished(kid, true) }
-
-func (i *Issuer) setPublished(kid string, on bool) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if on {
-		delete(i.hidden, kid)
-	} else {
-		i.hidden[kid] = true
-	}
-}
-
 // JWKS is the published key set.
 func (i *Issuer) JWKS() []byte {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	set := jose.JSONWebKeySet{}
 	for _, k := range i.keys {
-		if i.hidden[k.kid] {
-			continue
-		}
 		set.Keys = append(set.Keys, jose.JSONWebKey{Key: k.priv.Public(), KeyID: k.kid, Algorithm: string(k.alg), Use: "sig"})
 	}
 	b, err := json.Marshal(set)
