@@ -290,6 +290,14 @@ func dashboardAndAlerts() {
 		Expect(k8s.Create(ctx, rule)).To(Succeed())
 		DeferCleanup(func() { _ = k8s.Delete(context.Background(), rule) })
 		waitRule("dash", "list-orders", 3)
+		// A rule for the same tenant and route, younger: Accepted=False,
+		// reason Conflict, which TollgateRulesNotAccepted sees (this spec
+		// must not depend on another spec having left one).
+		loser := rule.DeepCopy()
+		loser.ObjectMeta = metav1.ObjectMeta{Name: "dashboard-conflict", Namespace: "default"}
+		loser.Spec.Capacity = 4
+		Expect(k8s.Create(ctx, loser)).To(Succeed())
+		DeferCleanup(func() { _ = k8s.Delete(context.Background(), loser) })
 		for _, g := range gateways {
 			for range 5 {
 				Expect(send(g, "GET", "/orders", "dash").status).To(BeElementOf(200, 429))
@@ -300,6 +308,8 @@ func dashboardAndAlerts() {
 		}
 		concurrencyTraffic(ctx)
 		responseCostTraffic(ctx)
+		scriptErrorTraffic()
+		tokenTraffic()
 		routes := filepath.Join(workDir, "routes.yaml")
 		good, err := os.ReadFile(routes)
 		Expect(err).NotTo(HaveOccurred())
@@ -363,6 +373,8 @@ func dashboardAndAlerts() {
 			"Decisions by source":    {"source": "local"},
 			"Breaker state":          {"state": "open"},
 		}
+		// Script errors show over the run (scriptErrorTraffic broke a bucket).
+		overRun := map[string]bool{"Redis script errors": true}
 		redisPanels := map[string]bool{"Redis up": true, "Redis memory": true, "Redis commands and clients": true, "Redis keys evicted and expired": true}
 		seen := map[string]bool{}
 		for _, t := range dashboardTargets() {
@@ -373,6 +385,9 @@ func dashboardAndAlerts() {
 			r, err := prom.queryRange(t.expr, start, end)
 			Expect(err).NotTo(HaveOccurred(), "panel %q: %s", t.panel, t.expr)
 			Expect(math.IsNaN(r.maxValue(nil))).To(BeFalse(), "panel %q has no data: %s", t.panel, t.expr)
+			if overRun[t.panel] {
+				Expect(r.maxValue(nil)).To(BeNumerically(">", 0), "panel %q over the run: %s", t.panel, t.expr)
+			}
 			if match, ok := outage[t.panel]; ok {
 				r, err := prom.queryRange(t.expr, outageStart, outageEnd)
 				Expect(err).NotTo(HaveOccurred())
@@ -386,6 +401,9 @@ func dashboardAndAlerts() {
 		}
 		for panel := range outage {
 			Expect(seen).To(HaveKey(panel), "the outage panels are on the dashboard")
+		}
+		for panel := range overRun {
+			Expect(seen).To(HaveKey(panel), "the script error panel is on the dashboard")
 		}
 		if exporter != nil {
 			for panel := range redisPanels {
@@ -415,7 +433,7 @@ func dashboardAndAlerts() {
 			"TollgateLocalFallbackActive": outageEnd,
 			"TollgateRedisErrorRatioHigh": outageEnd,
 			"TollgateReloadErrors":        end,
-			"TollgateRulesNotAccepted":    end, // the Conflict of the spec above
+			"TollgateRulesNotAccepted":    end, // dashboard-conflict
 		} {
 			Expect(exprs).To(HaveKey(name))
 			r, err := prom.query(exprs[name], at)
@@ -483,6 +501,53 @@ func holdAndRefuse(g *gatewayProc) bool {
 // with spec.cost.response for tenant dash-cost; the e2e upstream sends no
 // X-Usage-Tokens, so every response is charged the rule's default (basis
 // "default").
+// scriptErrorTraffic breaks one bucket in Redis (a string where the token
+// bucket's hash belongs, so the script fails on it) and sends requests for
+// it through every gateway: each counts script errors, the rule's failure
+// mode answers (never a 5xx), and the bucket is repaired afterwards.
+func scriptErrorTraffic() {
+	By("breaking one bucket in Redis: script errors on every gateway")
+	const tenant = "dash-broken"
+	redisCLI := func(args ...string) {
+		out, err := exec.Command("redis-cli", append([]string{"-p", strconv.Itoa(redisSrv.port)}, args...)...).CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), string(out))
+	}
+	redisCLI("SET", "rl:{"+tenant+"}", "not a hash")
+	for _, g := range gateways {
+		Eventually(func() float64 {
+			Expect(send(g, "GET", "/orders", tenant).status).To(BeElementOf(200, 429), g.name)
+			return metric(g.admin+"/metrics", "tollgate_gateway_redis_script_errors_total", `script="token_bucket"`)
+		}, 10*time.Second, 20*time.Millisecond).Should(BeNumerically(">", 0), g.name)
+		Expect(metric(g.admin+"/metrics", "tollgate_gateway_breaker_state", `state="closed"`)).To(Equal(1.0), "script errors leave the breaker closed: %s", g.name)
+	}
+	time.Sleep(2 * prometheusScrape)
+	redisCLI("DEL", "rl:{"+tenant+"}")
+}
+
+// tokenTraffic sends a bearer token of the test issuer through every
+// gateway, and one whose signature does not match: 200, then 401 with
+// error="invalid_token".
+func tokenTraffic() {
+	By("sending a good and a forged bearer token through every gateway")
+	good := issuerToken
+	forged := good[:len(good)-4] + "AAAA"
+	for _, g := range gateways {
+		for token, want := range map[string]int{good: http.StatusOK, forged: http.StatusUnauthorized} {
+			req, err := http.NewRequest("GET", g.url+"/orders", nil)
+			Expect(err).NotTo(HaveOccurred())
+			req.Header.Set("Authorization", "Bearer "+token)
+			res, err := http.DefaultClient.Do(req)
+			Expect(err).NotTo(HaveOccurred())
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			Expect(res.StatusCode).To(Equal(want), g.name)
+			if want == http.StatusUnauthorized {
+				Expect(res.Header.Get("WWW-Authenticate")).To(ContainSubstring(`error="invalid_token"`), g.name)
+			}
+		}
+	}
+}
+
 func responseCostTraffic(ctx context.Context) {
 	By("charging responses of a response-cost rule on every gateway")
 	rule := &v1alpha1.RateLimitRule{}
@@ -493,9 +558,13 @@ func responseCostTraffic(ctx context.Context) {
 	Expect(k8s.Create(ctx, rule)).To(Succeed())
 	DeferCleanup(func() { _ = k8s.Delete(context.Background(), rule) })
 	waitRule("dash-cost", "create-order", 1001)
+	// waitRule's own requests were charged too (the default, 2 each), under
+	// the rule before this one as well: the bucket may be in debt for a few
+	// milliseconds, so each charged answer is waited for.
 	for _, g := range gateways {
 		for range 3 {
-			Expect(send(g, "POST", "/orders", "dash-cost").status).To(Equal(http.StatusOK), g.name)
+			Eventually(func() int { return send(g, "POST", "/orders", "dash-cost").status }, 5*time.Second, 10*time.Millisecond).
+				Should(Equal(http.StatusOK), g.name)
 		}
 	}
 }

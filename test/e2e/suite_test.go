@@ -31,10 +31,15 @@ import (
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
+	"github.com/tollgate-dev/tollgate/internal/testutil/jwttest"
 )
 
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
+	// The gateways also take bearer tokens from this issuer (its keys in
+	// a JWKS file), so that the dashboard's token panels have data.
+	issuer = jwttest.NewIssuer(t)
+	issuerToken = issuer.Sign(t, "k1", issuer.Claims("dash-token"))
 	RunSpecs(t, "tollgate end to end")
 }
 
@@ -46,10 +51,13 @@ var (
 	kubeconfig string
 	binary     string
 	workDir    string
-	redisSrv   *redisProc
-	upstream   string
-	controller *proc
-	gateways   []*gatewayProc
+	issuer     *jwttest.Issuer
+	// issuerToken is a token of issuer for tenant dash-token, valid an hour.
+	issuerToken string
+	redisSrv    *redisProc
+	upstream    string
+	controller  *proc
+	gateways    []*gatewayProc
 )
 
 var _ = BeforeSuite(func() {
@@ -269,12 +277,22 @@ func startGateway(name, routes string) *gatewayProc {
 		"--routes", routes, "--redis-addr", redisSrv.addr(), "--listen", listen, "--admin-listen", admin,
 		"--pod-name", name, "--lease-duration", "3s",
 		// The specs send tenant ids as keys; a real deployment maps keys
-		// with --api-keys-file.
-		"--identity", "header-is-tenant",
+		// with --api-keys-file. Bearer tokens of the test issuer work too.
+		"--identity", "header-is-tenant,jwt", "--jwt-jwks-file", jwksFile(),
+		"--jwt-issuer", issuer.URL, "--jwt-audience", "api", "--jwt-tenant-claim", "org_id",
 		// A generous deadline: a shared test machine must not turn a slow
 		// Redis answer into a local decision where the spec counts exactly.
 		"--redis-timeout", "2s", "--breaker-open-for", "200ms")
 	return &gatewayProc{proc: p, url: "http://" + listen, admin: "http://" + admin}
+}
+
+// jwksFile writes the test issuer's keys to a file of workDir, once.
+func jwksFile() string {
+	path := filepath.Join(workDir, "jwks.json")
+	if _, err := os.Stat(path); err != nil {
+		Expect(os.WriteFile(path, issuer.JWKS(), 0o644)).To(Succeed())
+	}
+	return path
 }
 
 func (g *gatewayProc) waitReady() {
