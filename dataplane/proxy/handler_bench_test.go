@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,12 +15,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate-dev/tollgate/dataplane/decision"
+	"github.com/tollgate-dev/tollgate/dataplane/httproutes"
 	"github.com/tollgate-dev/tollgate/dataplane/identity"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/proxy"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
 	"github.com/tollgate-dev/tollgate/dataplane/rules"
+	"github.com/tollgate-dev/tollgate/pkg/routetable"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -27,7 +30,8 @@ import (
 // snapshot, identity, bucket and a local decision (BenchmarkDecide), and the
 // whole handler with a rejection (BenchmarkHandlerReject, no upstream) or a
 // forward to a loopback upstream (BenchmarkHandlerForward, next to its
-// floor BenchmarkBareForward).
+// floor BenchmarkBareForward; BenchmarkHandlerForwardHTTPRoute through an
+// HTTPRoute rule instead of a routes-file route).
 //
 //	go test -run '^$' -bench . -benchmem ./dataplane/proxy/
 
@@ -83,6 +87,28 @@ func BenchmarkHandlerReject(b *testing.B) {
 func BenchmarkHandlerForward(b *testing.B) {
 	up := okUpstream(b)
 	forwardLoop(b, newHandler(b, up.URL), "tenant-4242")
+}
+
+// BenchmarkHandlerForwardHTTPRoute is BenchmarkHandlerForward in Gateway
+// API mode: the route is an HTTPRoute rule (POST /orders, one backend
+// with one endpoint, the loopback upstream), so routing picks the endpoint
+// per request.
+func BenchmarkHandlerForwardHTTPRoute(b *testing.B) {
+	up := okUpstream(b)
+	table := httproutes.New(&routetable.Table{Rules: []routetable.Rule{{
+		ID: "create-order", Route: "shop/orders",
+		Matches:  []routetable.Match{{PathType: routetable.PathExact, PathValue: "/orders", Method: "POST"}},
+		Backends: []routetable.Backend{{Name: "shop/orders:8080", Weight: 1, Endpoints: []string{strings.TrimPrefix(up.URL, "http://")}}},
+	}}})
+	h := proxy.New(proxy.Options{
+		HTTPRoutes: func() *httproutes.Table { return table },
+		Decider:    newEngine(b),
+		Identity:   identity.Direct{},
+		Metrics:    metrics.NewGateway(prometheus.NewRegistry()),
+		Logger:     logr.Discard(),
+	})
+	b.Cleanup(h.Close)
+	forwardLoop(b, h, "tenant-4242")
 }
 
 // okUpstream is a loopback upstream that answers "ok".
