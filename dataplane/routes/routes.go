@@ -124,7 +124,7 @@ func (r Route) MarshalJSON() ([]byte, error) {
 // UpstreamPath returns the path to forward upstream for reqPath, a request
 // path that matched r: with StripPrefix the matched prefix is removed
 // (leaving at least "/"), then the upstream URL's base path, if any, is
-// prepended. It works on unescaped paths, like the ones Match takes.
+// prepended. It works on unescaped paths, like the ones Lookup takes.
 func (r *Route) UpstreamPath(reqPath string) string {
 	rest := reqPath
 	if rest == "" {

@@ -9,7 +9,7 @@ import (
 // Table is a validated set of routes. It is immutable after construction and
 // safe for concurrent use; the zero value and a nil *Table match nothing.
 //
-// Match precedence: routes with a host before routes without one; then exact
+// Lookup precedence: routes with a host before routes without one; then exact
 // paths before prefixes; then longer prefixes before shorter ones; then file
 // order. A route whose method set excludes the request method is skipped, so
 // a lower-precedence route may still match.
@@ -95,25 +95,20 @@ func (t *Table) Routes() []Route {
 	return out
 }
 
-// Match returns the route for a request, or false if none matches. method
-// is compared case-sensitively; host is the request Host, compared ignoring
-// ASCII case, any port and a trailing dot; path is the unescaped request
-// path (r.URL.Path), compared case-sensitively, with "" treated as "/".
+// Lookup returns the route for a request, or, when none matches, whether
+// some route matches its host and path with another method (405, not 404).
+// method is compared case-sensitively; host is the request Host, compared
+// ignoring ASCII case, any port and a trailing dot; path is the unescaped
+// request path (r.URL.Path), compared case-sensitively, with "" treated as
+// "/".
 //
 // Paths that are not clean, that is with an empty ("//"), "." or ".."
 // segment, match nothing: the upstream might resolve them to a path that
 // belongs to another route. Callers wanting to serve them can redirect to
 // path.Clean(path) first.
 //
-// The returned route is shared and must not be modified. Match does not
-// allocate.
-func (t *Table) Match(method, host, path string) (*Route, bool) {
-	r, _ := t.find(method, host, path)
-	return r, r != nil
-}
-
-// Lookup is Match, also telling a 405 from a 404 when no route matches.
-// It only allocates to build MatchResult.Allow.
+// The returned route is shared and must not be modified. Lookup only
+// allocates to build MatchResult.Allow.
 func (t *Table) Lookup(method, host, path string) MatchResult {
 	r, wrongMethod := t.find(method, host, path)
 	if r != nil || !wrongMethod {

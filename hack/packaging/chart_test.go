@@ -362,7 +362,7 @@ func TestRoutesConfigMapParses(t *testing.T) {
 		}
 		if name == "chart-full" {
 			// The request the NOTES suggest matches the first route.
-			if r, ok := table.Match("POST", "", "/orders"); !ok || r.ID != "create-order" {
+			if r := table.Lookup("POST", "", "/orders").Route; r == nil || r.ID != "create-order" {
 				t.Errorf("%s: POST /orders does not match create-order", name)
 			}
 		}
