@@ -1,6 +1,7 @@
 // Package routes is the gateway's route table: the route file format, its
 // validation, request matching, and live reload of the file. It maps a
-// request to a route id and an upstream; the limits for that route id are
+// request to a route id and an upstream (a Table is the proxy's
+// routing.Router in routes-file mode); the limits for that route id are
 // rules (dataplane/rules), compiled in the snapshot format (pkg/snapshot).
 //
 // A route file is YAML or JSON:
