@@ -26,6 +26,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/proxy"
 	"github.com/tollgate-dev/tollgate/dataplane/rls"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
+	"github.com/tollgate-dev/tollgate/dataplane/routing"
 	"github.com/tollgate-dev/tollgate/dataplane/rules"
 	"github.com/tollgate-dev/tollgate/dataplane/tlscerts"
 	"github.com/tollgate-dev/tollgate/internal/lib/ratelog"
@@ -143,9 +144,9 @@ func (g *Gateway) buildProxy() error {
 		DrainBytes: g.opts.ResponseCostDrainBytes, MaxDrains: g.opts.ResponseCostMaxDrains,
 	}
 	if g.httpRoutes != nil {
-		po.HTTPRoutes = g.httpRoutes.Current
+		po.Router = func() routing.Router { return g.httpRoutes.Current() }
 	} else {
-		po.Routes = g.routes.Current
+		po.Router = func() routing.Router { return g.routes.Current() }
 	}
 	if g.jwt != nil {
 		po.JWT = g.jwt.metrics

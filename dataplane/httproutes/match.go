@@ -1,6 +1,8 @@
 // Package httproutes serves a compiled Gateway API route table
 // (pkg/routetable) in the gateway: matching with the Gateway API's
-// precedence, backend and endpoint choice, and the live ConfigMap source.
+// precedence, backend and endpoint choice, the rules' filters and
+// redirects (a Table is the proxy's routing.Router in Gateway API mode),
+// and the live ConfigMap source.
 package httproutes
 
 import (
@@ -49,9 +51,6 @@ type Rule struct {
 	backends []*backend
 	total    int64 // sum of weights
 }
-
-// Redirect returns the rule's RequestRedirect filter, or nil.
-func (r *Rule) Redirect() *routetable.Filter { return r.redirect }
 
 type backend struct {
 	routetable.Backend

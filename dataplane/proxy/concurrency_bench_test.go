@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/proxy"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
+	"github.com/tollgate-dev/tollgate/dataplane/routing"
 	"github.com/tollgate-dev/tollgate/dataplane/rules"
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
@@ -71,7 +72,7 @@ func redisHandler(b *testing.B, client *redis.Client, upstream string, maxInFlig
 	chain := limiter.NewChain(limiter.ChainOptions{Client: client, Timeout: time.Second, MaxWait: time.Second})
 	b.Cleanup(func() { _ = chain.Close() })
 	h := proxy.New(proxy.Options{
-		Routes:   func() *routes.Table { return table },
+		Router:   func() routing.Router { return table },
 		Decider:  decision.New(decision.Options{Rules: store, Limiter: chain}),
 		Identity: identity.Direct{},
 		Metrics:  metrics.NewGateway(prometheus.NewRegistry()),

@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/proxy"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
+	"github.com/tollgate-dev/tollgate/dataplane/routing"
 	"github.com/tollgate-dev/tollgate/dataplane/rules"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
@@ -90,7 +91,7 @@ func failuresHandler(t *testing.T, good string, failures *identity.FailureLimite
 	}
 	store := rules.NewStore(snapshot.Rule{Tenant: "*", Route: "*", Capacity: 1 << 30, RefillTokens: 1 << 30, RefillPeriodMs: 1000})
 	h := proxy.New(proxy.Options{
-		Routes:   func() *routes.Table { return table },
+		Router:   func() routing.Router { return table },
 		Decider:  decision.New(decision.Options{Rules: store, Limiter: limiter.NewLocal(limiter.LocalOptions{})}),
 		Identity: keys,
 		Metrics:  metrics.NewGateway(prometheus.NewRegistry()),

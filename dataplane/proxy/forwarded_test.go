@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/proxy"
+	"github.com/tollgate-dev/tollgate/dataplane/routing"
 	"github.com/tollgate-dev/tollgate/dataplane/rules"
 	"github.com/tollgate-dev/tollgate/pkg/routetable"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
@@ -74,11 +75,11 @@ func TestGatewayAPIForwardsTenantNotKey(t *testing.T) {
 		rule("shop_web_plain", false, modifier), rule("shop_web_tls", true, modifier),
 	}})
 	h := proxy.New(proxy.Options{
-		HTTPRoutes: func() *httproutes.Table { return table },
-		Decider:    localEngine(),
-		Identity:   identity.Direct{},
-		Metrics:    metrics.NewGateway(prometheus.NewRegistry()),
-		Logger:     logr.Discard(),
+		Router:   func() routing.Router { return table },
+		Decider:  localEngine(),
+		Identity: identity.Direct{},
+		Metrics:  metrics.NewGateway(prometheus.NewRegistry()),
+		Logger:   logr.Discard(),
 	})
 	t.Cleanup(h.Close)
 	plain := httptest.NewServer(h)

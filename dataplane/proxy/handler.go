@@ -17,23 +17,21 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/concurrency"
 	"github.com/tollgate-dev/tollgate/dataplane/decision"
 	"github.com/tollgate-dev/tollgate/dataplane/httpguard"
-	"github.com/tollgate-dev/tollgate/dataplane/httproutes"
 	"github.com/tollgate-dev/tollgate/dataplane/identity"
 	"github.com/tollgate-dev/tollgate/dataplane/jwtauth"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
-	"github.com/tollgate-dev/tollgate/dataplane/routes"
+	"github.com/tollgate-dev/tollgate/dataplane/routing"
 	"github.com/tollgate-dev/tollgate/internal/lib/ratelog"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
 // Options are the Handler's collaborators. All are required but Logger.
 type Options struct {
-	// Routes returns the current route table; called once per request.
-	Routes func() *routes.Table
-	// HTTPRoutes, when set instead of Routes, returns the current Gateway
-	// API route table (the controller's compiled HTTPRoutes).
-	HTTPRoutes func() *httproutes.Table
+	// Router returns the route table in force: the routes file's
+	// (routes.Table) or, in Gateway API mode, the controller's compiled
+	// HTTPRoutes (httproutes.Table). Called once per request.
+	Router func() routing.Router
 	// Decider decides for a tenant and route; with a limiter.Failover
 	// underneath it never returns errors.
 	Decider Decider
@@ -105,8 +103,6 @@ type Handler struct {
 	log       *ratelog.Logger
 	// tenantHeader is opts.TenantHeader in canonical form.
 	tenantHeader string
-	// gwUpstreams are the forwarding states of HTTPRoute rules.
-	gwUpstreams *gatewayUpstreams
 	// drains bounds the answers read after their client left.
 	drains *drainLimits
 	chain  *identity.Chain
@@ -126,14 +122,12 @@ func New(opts Options) *Handler {
 	h := &Handler{
 		opts: opts, upstreams: newUpstreams(opts.Metrics, log, opts.UpstreamTimeout, tenantHeader), log: log,
 		tenantHeader:    tenantHeader,
-		gwUpstreams:     &gatewayUpstreams{},
 		drains:          newDrainLimits(&opts),
 		chain:           chain,
 		failuresMissing: f.WithLabelValues(metrics.IdentityMissing), failuresInvalid: f.WithLabelValues(metrics.IdentityInvalid),
 		failuresUnknown: f.WithLabelValues(metrics.IdentityUnknown), failuresLimited: f.WithLabelValues(metrics.IdentityLimited),
 		failuresToken: f.WithLabelValues(metrics.IdentityInvalidToken),
 	}
-	h.gwUpstreams.retainTransports(h.upstreams)
 	return h
 }
 
@@ -148,24 +142,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// header goes, whatever becomes of the request.
 	r.Header.Del(h.tenantHeader)
 	body := h.boundBody(w, r)
-	var up *upstream
-	if h.opts.HTTPRoutes != nil {
-		if up, r = h.routeGatewayAPI(w, r); up == nil {
-			return
-		}
-	} else {
-		table := h.opts.Routes()
-		match := table.Lookup(r.Method, r.Host, r.URL.Path)
-		if match.Route == nil {
-			if match.MethodNotAllowed {
-				w.Header()["Allow"] = match.Allow
-				h.reply(w, "none", http.StatusMethodNotAllowed, "method not allowed on this route")
-				return
-			}
-			h.reply(w, "none", http.StatusNotFound, "no route matches this request")
-			return
-		}
-		up = h.upstreams.get(table, match.Route)
+	up, r := h.route(w, r)
+	if up == nil {
+		return
 	}
 
 	if wait, blocked := h.opts.Failures.Blocked(r.RemoteAddr); blocked {

@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/proxy"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
+	"github.com/tollgate-dev/tollgate/dataplane/routing"
 	"github.com/tollgate-dev/tollgate/dataplane/rules"
 	"github.com/tollgate-dev/tollgate/pkg/routetable"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
@@ -57,13 +58,20 @@ func BenchmarkDecide(b *testing.B) {
 	}
 }
 
+// newHandler is a handler with one route, POST /orders to upstream, in a
+// routes file.
 func newHandler(b *testing.B, upstream string) *proxy.Handler {
 	table, err := routes.Parse([]byte("routes:\n  - id: create-order\n    methods: [POST]\n    path: /orders\n    upstream: " + upstream + "\n"))
 	if err != nil {
 		b.Fatal(err)
 	}
+	return routerHandler(b, table)
+}
+
+// routerHandler is the benchmarks' handler for router.
+func routerHandler(b *testing.B, router routing.Router) *proxy.Handler {
 	h := proxy.New(proxy.Options{
-		Routes:   func() *routes.Table { return table },
+		Router:   func() routing.Router { return router },
 		Decider:  newEngine(b),
 		Identity: identity.Direct{},
 		Metrics:  metrics.NewGateway(prometheus.NewRegistry()),
@@ -100,15 +108,7 @@ func BenchmarkHandlerForwardHTTPRoute(b *testing.B) {
 		Matches:  []routetable.Match{{PathType: routetable.PathExact, PathValue: "/orders", Method: "POST"}},
 		Backends: []routetable.Backend{{Name: "shop/orders:8080", Weight: 1, Endpoints: []string{strings.TrimPrefix(up.URL, "http://")}}},
 	}}})
-	h := proxy.New(proxy.Options{
-		HTTPRoutes: func() *httproutes.Table { return table },
-		Decider:    newEngine(b),
-		Identity:   identity.Direct{},
-		Metrics:    metrics.NewGateway(prometheus.NewRegistry()),
-		Logger:     logr.Discard(),
-	})
-	b.Cleanup(h.Close)
-	forwardLoop(b, h, "tenant-4242")
+	forwardLoop(b, routerHandler(b, table), "tenant-4242")
 }
 
 // okUpstream is a loopback upstream that answers "ok".

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/proxy"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
+	"github.com/tollgate-dev/tollgate/dataplane/routing"
 	"github.com/tollgate-dev/tollgate/dataplane/rules"
 	"github.com/tollgate-dev/tollgate/internal/testutil/jwttest"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
@@ -48,7 +49,7 @@ func identityHandler(b *testing.B, upstream string, chain *identity.Chain) *prox
 	store := rules.NewStore(snapshot.Rule{Tenant: "*", Route: "*", Capacity: 1, RefillTokens: 1, RefillPeriodMs: 3600_000})
 	store.Replace(snapshot.Build(rs, 1))
 	h := proxy.New(proxy.Options{
-		Routes:  func() *routes.Table { return table },
+		Router:  func() routing.Router { return table },
 		Decider: decision.New(decision.Options{Rules: store, Limiter: limiter.NewLocal(limiter.LocalOptions{})}),
 		Chain:   chain,
 		Metrics: metrics.NewGateway(prometheus.NewRegistry()),

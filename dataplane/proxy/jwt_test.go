@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/proxy"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
+	"github.com/tollgate-dev/tollgate/dataplane/routing"
 	"github.com/tollgate-dev/tollgate/dataplane/rules"
 	"github.com/tollgate-dev/tollgate/internal/testutil/jwttest"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
@@ -72,7 +73,7 @@ func newJWTSetup(t *testing.T, failures *identity.FailureLimiter) *jwtSetup {
 	var logMu sync.Mutex
 	log := funcr.New(func(prefix, args string) { logMu.Lock(); s.logs.WriteString(prefix + args + "\n"); logMu.Unlock() }, funcr.Options{Verbosity: 10})
 	s.h = proxy.New(proxy.Options{
-		Routes:   func() *routes.Table { return table },
+		Router:   func() routing.Router { return table },
 		Decider:  decision.New(decision.Options{Rules: store, Limiter: limiter.NewLocal(limiter.LocalOptions{})}),
 		Chain:    identity.NewChain(identity.APIKeys(mapped), identity.Tokens(v)),
 		Metrics:  metrics.NewGateway(s.reg),

@@ -16,17 +16,17 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/identity"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
-	"github.com/tollgate-dev/tollgate/dataplane/routes"
+	"github.com/tollgate-dev/tollgate/dataplane/routing"
 	"github.com/tollgate-dev/tollgate/internal/lib/ratelog"
 )
 
 const logInterval = 10 * time.Second
 
-// upstream is the forwarding state of one route: its reverse proxy and its
-// metric series, resolved once so the request path does no label lookups.
+// upstream is the forwarding state of one route: its reverse proxy (or its
+// redirect) and its metric series, resolved once so the request path does
+// no label lookups.
 type upstream struct {
-	// id is the route id: the routes file's id, or the HTTPRoute rule's
-	// (routetable.RuleID).
+	// id is the route id (routing.Route.RouteID).
 	id        string
 	proxy     http.Handler
 	decisions *metrics.DecisionCounters
@@ -49,7 +49,7 @@ func (u *upstream) count(result metrics.Result, src limiter.Source) {
 }
 
 // upstreams builds and caches the upstream of every route of the current
-// table. Transports are shared across reloads (keyed by response-header
+// route table (the routing.Router in force). Transports are shared across reloads (keyed by response-header
 // timeout) so a route reload keeps the connection pools; a new table drops
 // those of timeouts it no longer has (retain), so route churn cannot grow
 // them without bound.
@@ -59,7 +59,7 @@ type upstreams struct {
 	timeout time.Duration // of routes without one
 	// tenantHeader (canonical) carries the tenant to the upstream.
 	tenantHeader string
-	cur          perTable[*routes.Table, *routes.Route]
+	cur          perTable[routing.Router, routing.Route]
 
 	mu         sync.Mutex
 	transports map[time.Duration]*http.Transport
@@ -68,8 +68,7 @@ type upstreams struct {
 
 // perTable caches the upstreams of the current route table T, one per
 // route K, built on first use; a new table (a reload) starts a new set, so a
-// changed route gets a new proxy. The routes file and the Gateway API
-// route table both use it.
+// changed route gets a new proxy.
 type perTable[T, K comparable] struct {
 	cur atomic.Pointer[tableSet[T]]
 	// swapped, if set, sees each table that takes the place of another,
@@ -105,22 +104,15 @@ func (c *perTable[T, K]) get(table T, key K, build func() *upstream) *upstream {
 
 func newUpstreams(m *metrics.Gateway, log *ratelog.Logger, timeout time.Duration, tenantHeader string) *upstreams {
 	u := &upstreams{metrics: m, log: log, timeout: timeout, tenantHeader: tenantHeader, transports: map[time.Duration]*http.Transport{}}
-	u.cur.swapped = func(t *routes.Table) {
-		rs := t.Routes()
-		keep := make([]time.Duration, len(rs))
-		for i := range rs {
-			keep[i] = rs[i].Timeout
-		}
-		u.retain(keep)
-	}
+	u.cur.swapped = func(t routing.Router) { u.retain(t.HeaderTimeouts()) }
 	return u
 }
 
-// get returns the upstream of route, a route of table.
-func (u *upstreams) get(table *routes.Table, route *routes.Route) *upstream {
-	return u.cur.get(table, route, func() *upstream {
+// get returns the upstream of route, a route of router.
+func (u *upstreams) get(router routing.Router, route routing.Route) *upstream {
+	return u.cur.get(router, route, func() *upstream {
 		up := u.build(route)
-		up.forwardAuthorization = route.ForwardAuthorization
+		up.forwardAuthorization = route.ForwardsAuthorization()
 		return up
 	})
 }
@@ -129,22 +121,37 @@ func (u *upstreams) get(table *routes.Table, route *routes.Route) *upstream {
 // 1xx to 5 for 5xx.
 type classCounters [6]prometheus.Counter
 
-// build makes the upstream of route r: its reverse proxy, with the
-// transport for its timeout, and its counters.
-func (u *upstreams) build(r *routes.Route) *upstream {
-	return u.buildWith(r.ID, r.Timeout, func(pr *httputil.ProxyRequest) {
-		pr.Out.URL.Scheme = r.Upstream.Scheme
-		pr.Out.URL.Host = r.Upstream.Host
-		pr.Out.URL.Path = r.UpstreamPath(pr.In.URL.Path)
-		pr.Out.URL.RawPath = ""
-		pr.Out.Host = ""
-		pr.SetXForwarded()
-	})
+// build makes the upstream of route: its reverse proxy, with the transport
+// for its response-header timeout and its request timeout, or its
+// redirect; and its counters.
+func (u *upstreams) build(route routing.Route) *upstream {
+	id := route.RouteID()
+	if redirect := route.Redirect(); redirect != nil {
+		// The route's metric series as for a forwarding route; the reverse
+		// proxy is replaced by the redirect.
+		up := u.buildWith(id, 0, nil)
+		responses := u.metrics.Responses.WithLabelValues(id, "3xx", metrics.OriginGateway)
+		up.proxy = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			responses.Inc()
+			redirect(w, r)
+		})
+		return up
+	}
+	up := u.buildWith(id, route.HeaderTimeout(), route.Rewrite)
+	if timeout := route.RequestTimeout(); timeout > 0 {
+		next := up.proxy
+		up.proxy = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), timeout)
+			defer cancel()
+			next.ServeHTTP(w, r.WithContext(ctx))
+		})
+	}
+	return up
 }
 
 // buildWith builds the upstream of route id: a reverse proxy with rewrite
-// (then forwardIdentity), the response-header timeout (0: the default) and
-// the route's counters.
+// (then the X-Forwarded headers, then forwardIdentity), the response-header
+// timeout (0: the default) and the route's counters.
 func (u *upstreams) buildWith(id string, timeout time.Duration, rewrite func(*httputil.ProxyRequest)) *upstream {
 	up := &upstream{id: id, decisions: u.metrics.DecisionCounters(id, numSources, sourceName)}
 	// The upstream's answers, and the 502/504 written when it failed; a
@@ -170,6 +177,7 @@ func (u *upstreams) buildWith(id string, timeout time.Duration, rewrite func(*ht
 			if rewrite != nil { // nil: a redirect, which forwards nothing
 				rewrite(pr)
 			}
+			pr.SetXForwarded()
 			u.forwardIdentity(pr)
 		},
 		Transport: timedTransport{base: transport, observe: observe},

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/httproutes"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
+	"github.com/tollgate-dev/tollgate/dataplane/routing"
 	"github.com/tollgate-dev/tollgate/internal/lib/ratelog"
 	"github.com/tollgate-dev/tollgate/pkg/routetable"
 )
@@ -47,7 +48,7 @@ func newConnUpstream(t *testing.T) *connUpstream {
 }
 
 // routeTable is a routes file of one route to upstream with timeout.
-func routeTable(t *testing.T, upstream, timeout string) (*routes.Table, *routes.Route) {
+func routeTable(t *testing.T, upstream, timeout string) (*routes.Table, routing.Route) {
 	t.Helper()
 	table, err := routes.Parse([]byte(fmt.Sprintf("routes:\n  - id: r\n    pathPrefix: /\n    upstream: %s\n    timeout: %s\n", upstream, timeout)))
 	if err != nil {
@@ -129,14 +130,14 @@ func TestTransportsBoundedOnRouteChurn(t *testing.T) {
 // whose authors choose timeouts.backendRequest.
 func TestGatewayAPITransportsBounded(t *testing.T) {
 	var table *httproutes.Table
-	h := New(Options{HTTPRoutes: func() *httproutes.Table { return table }, Metrics: metrics.NewGateway(prometheus.NewRegistry()),
+	h := New(Options{Router: func() routing.Router { return table }, Metrics: metrics.NewGateway(prometheus.NewRegistry()),
 		Logger: logr.Discard(), UpstreamTimeout: 30 * time.Second})
 	t.Cleanup(h.Close)
 	const tables = 50
 	for i := 1; i <= tables; i++ {
 		table = httproutes.New(&routetable.Table{Rules: []routetable.Rule{{ID: "shop_web__0", Route: "shop/web",
 			Matches: []routetable.Match{{PathType: routetable.PathPrefix, PathValue: "/"}}, BackendTimeoutMs: int64(i) * 100}}})
-		h.gwUpstreams.get(h, table, table.Rules()[0])
+		h.upstreams.get(table, table.Rules()[0])
 	}
 	if n := h.upstreams.numTransports(); n > 2 {
 		t.Fatalf("%d transports after %d HTTPRoute tables with one backend timeout each, want at most 2", n, tables)

@@ -50,6 +50,9 @@ func (r *Route) HeaderTimeout() time.Duration { return r.Timeout }
 // RequestTimeout is 0: the route file bounds the response headers only.
 func (r *Route) RequestTimeout() time.Duration { return 0 }
 
+// ForwardsAuthorization is r.ForwardAuthorization.
+func (r *Route) ForwardsAuthorization() bool { return r.ForwardAuthorization }
+
 // Rewrite sends the request to the route's upstream, at UpstreamPath, with
 // the upstream's host in the Host header.
 func (r *Route) Rewrite(pr *httputil.ProxyRequest) {

@@ -56,11 +56,11 @@ func TestTableRoute(t *testing.T) {
 }
 
 // TestRouteAsRoutingRoute: a route of the file forwards (no redirect) to
-// its upstream at UpstreamPath with the upstream's Host, under its id and
-// timeout; HeaderTimeouts lists every route's timeout (0: the default).
+// its upstream at UpstreamPath with the upstream's Host, under its id,
+// timeout and forwardAuthorization; HeaderTimeouts lists every route's timeout (0: the default).
 func TestRouteAsRoutingRoute(t *testing.T) {
 	tab := mustParse(t, "routes:\n"+
-		"  - {id: a, pathPrefix: /api, stripPrefix: true, upstream: 'https://up.example:8443/base', timeout: 3s}\n"+
+		"  - {id: a, pathPrefix: /api, stripPrefix: true, upstream: 'https://up.example:8443/base', timeout: 3s, forwardAuthorization: true}\n"+
 		"  - {id: b, path: /b, upstream: 'http://b'}\n")
 	if got, want := tab.HeaderTimeouts(), []time.Duration{3 * time.Second, 0}; !reflect.DeepEqual(got, want) {
 		t.Errorf("HeaderTimeouts = %v, want %v", got, want)
@@ -72,6 +72,12 @@ func TestRouteAsRoutingRoute(t *testing.T) {
 	}
 	if route.RouteID() != "a" || route.HeaderTimeout() != 3*time.Second || route.RequestTimeout() != 0 || route.Redirect() != nil {
 		t.Errorf("route %s: header timeout %v, request timeout %v, redirect %v", route.RouteID(), route.HeaderTimeout(), route.RequestTimeout(), route.Redirect() != nil)
+	}
+	if !route.ForwardsAuthorization() {
+		t.Error("route a does not forward Authorization")
+	}
+	if b, _, _ := tab.Route(httptest.NewRequest("GET", "/b", nil)); b == nil || b.ForwardsAuthorization() {
+		t.Errorf("route b: %v, forwards Authorization", b)
 	}
 	pr := &httputil.ProxyRequest{In: in, Out: in.Clone(in.Context())}
 	route.Rewrite(pr)

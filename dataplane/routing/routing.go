@@ -49,6 +49,10 @@ type Route interface {
 	// headers and, last, puts in the gateway's identity headers, so that a
 	// route can neither set the tenant header nor pass the API key on.
 	Rewrite(pr *httputil.ProxyRequest)
+	// ForwardsAuthorization: the route forwards the Authorization header
+	// even when the request's identity came from it (a bearer token the
+	// upstream verifies again); otherwise the proxy removes it then.
+	ForwardsAuthorization() bool
 	// Redirect is nil for a route that forwards; otherwise the route
 	// answers every request itself with a redirect (a 3xx response) and
 	// forwards nothing.
