@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -34,6 +35,9 @@ type compiled struct {
 	Verdicts map[types.UID]verdict
 	// Objects maps UIDs to the compiled objects, for status work and events.
 	Objects map[types.UID]*v1alpha1.RateLimitRule
+	// NextExpiry is the earliest spec.expiresAt still to come (zero: none),
+	// when the snapshot must be compiled again.
+	NextExpiry time.Time
 }
 
 // compile refuses the items that policy does not allow, compiles the others
@@ -43,7 +47,10 @@ type compiled struct {
 // Rules with a spec.targetRef are expanded first (expandTargets; routes is
 // nil outside Gateway API mode): one rule with n HTTPRoute rules compiles as
 // n snapshot rules, and its verdict is Accepted when any of them is.
-func compile(items []v1alpha1.RateLimitRule, policy *tenantPolicy, routes map[types.NamespacedName]*gwv1.HTTPRoute) compiled {
+//
+// Rules whose spec.expiresAt is at or before now take no part
+// (snapshot.CompileAt): their verdict is Expired (or ExpiryInPast).
+func compile(items []v1alpha1.RateLimitRule, policy *tenantPolicy, routes map[types.NamespacedName]*gwv1.HTTPRoute, now time.Time) compiled {
 	out := compiled{
 		Verdicts: make(map[types.UID]verdict, len(items)),
 		Objects:  make(map[types.UID]*v1alpha1.RateLimitRule, len(items)),
@@ -79,8 +86,8 @@ func compile(items []v1alpha1.RateLimitRule, policy *tenantPolicy, routes map[ty
 			}
 		}
 	}
-	rules, verdicts := snapshot.Compile(allowed)
-	out.Rules = rules
+	rules, verdicts, next := snapshot.CompileAt(allowed, now)
+	out.Rules, out.NextExpiry = rules, next
 	for i := range allowed {
 		obj, v := &allowed[i], verdicts[i]
 		cv := verdict{Generation: obj.Generation, Accepted: v.Accepted, Reason: v.Reason, Message: v.Message, Rate: v.Rate}

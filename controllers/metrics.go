@@ -13,7 +13,7 @@ var (
 	})
 	rulesByState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tollgate_controller_rules",
-		Help: "RateLimitRules seen by the last publish, by state (accepted, conflict, invalid, not_allowed).",
+		Help: "RateLimitRules seen by the last publish, by state (accepted, conflict, invalid, not_allowed, expired: spec.expiresAt has passed).",
 	}, []string{"state"})
 	snapshotShards = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tollgate_controller_snapshot_shards",

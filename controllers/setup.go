@@ -10,6 +10,7 @@ package controllers
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -71,6 +72,18 @@ type Options struct {
 	// RouteTableName names the route table ConfigMap in SnapshotNamespace.
 	// Default routetable.DefaultName.
 	RouteTableName string
+
+	// Clock is the time rules' spec.expiresAt is compared with; default
+	// time.Now. Tests move it. Not a flag.
+	Clock func() time.Time
+}
+
+// now is the controller's time, for rule expiry.
+func (o *Options) now() time.Time {
+	if o.Clock == nil {
+		return time.Now()
+	}
+	return o.Clock()
 }
 
 // snapshotFormat is the format to write.

@@ -55,6 +55,9 @@ type SnapshotReconciler struct {
 	// lastEnd and lastDuration describe the previous pass; see Reconcile.
 	lastEnd      time.Time
 	lastDuration time.Duration
+	// nextExpiry is the earliest spec.expiresAt still to come after the
+	// last pass (zero: none); Reconcile asks for a pass then.
+	nextExpiry time.Time
 }
 
 type writtenShard struct {
@@ -96,8 +99,26 @@ func (r *SnapshotReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 			routes[client.ObjectKeyFromObject(&hrs.Items[i])] = &hrs.Items[i]
 		}
 	}
-	return reconcile.Result{}, r.sync(ctx, list.Items, policy, routes)
+	if err := r.sync(ctx, list.Items, policy, routes); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: r.untilExpiry()}, nil
 }
+
+// untilExpiry is the time until the next rule expires (0: none), so that
+// a pass then takes it out of the snapshot without any event: nobody
+// deletes or edits a rule that expires. The wait is measured on the
+// injected clock (Options.Clock), at least minExpiryWait.
+func (r *SnapshotReconciler) untilExpiry() time.Duration {
+	if r.nextExpiry.IsZero() {
+		return 0
+	}
+	return max(r.nextExpiry.Sub(r.opts.now()), minExpiryWait)
+}
+
+// minExpiryWait keeps a clock that runs a little behind the expiry from
+// asking for passes in a tight loop.
+const minExpiryWait = 10 * time.Millisecond
 
 // tenantPolicy reads the namespace policy from the Namespaces' annotations.
 func (r *SnapshotReconciler) tenantPolicy(ctx context.Context) (*tenantPolicy, error) {
@@ -122,7 +143,8 @@ func (r *SnapshotReconciler) tenantPolicy(ctx context.Context) (*tenantPolicy, e
 // snapshot never hides behind Ready.
 func (r *SnapshotReconciler) sync(ctx context.Context, items []v1alpha1.RateLimitRule, policy *tenantPolicy, routes map[types.NamespacedName]*gwv1.HTTPRoute) error {
 	start := time.Now()
-	c := compile(items, policy, routes)
+	c := compile(items, policy, routes, r.opts.now())
+	r.nextExpiry = c.NextExpiry
 	pub, err := r.publish(ctx, c.Rules)
 	if err != nil {
 		publishFailures.Inc()
@@ -402,7 +424,7 @@ func (r *SnapshotReconciler) adopt(ctx context.Context, cm *corev1.ConfigMap) er
 func (r *SnapshotReconciler) updateState(c compiled, pub published, pubErr error) {
 	prev := r.state.snapshot()
 	next := make(map[types.UID]ruleState, len(c.Verdicts))
-	var accepted, conflicts, invalid, notAllowed float64
+	var accepted, conflicts, invalid, notAllowed, expired float64
 	var changed []types.NamespacedName
 	for uid, v := range c.Verdicts {
 		st := ruleState{verdict: v}
@@ -427,6 +449,9 @@ func (r *SnapshotReconciler) updateState(c compiled, pub published, pubErr error
 			if !seen || p.Reason != v.Reason || p.Message != v.Message {
 				r.recorder.Eventf(c.Objects[uid], nil, corev1.EventTypeWarning, v.Reason, "Compile", "%s", v.Message)
 			}
+		case v.Reason == v1alpha1.ReasonExpired || v.Reason == v1alpha1.ReasonExpiryInPast:
+			expired++
+			r.expiryEvent(c.Objects[uid], p, seen, v)
 		default:
 			invalid++
 		}
@@ -447,6 +472,21 @@ func (r *SnapshotReconciler) updateState(c compiled, pub published, pubErr error
 	rulesByState.WithLabelValues("conflict").Set(conflicts)
 	rulesByState.WithLabelValues("invalid").Set(invalid)
 	rulesByState.WithLabelValues("not_allowed").Set(notAllowed)
+	rulesByState.WithLabelValues("expired").Set(expired)
+}
+
+// expiryEvent records the end of a temporary rule once: a Normal event
+// when it expires, a Warning when it was refused for an expiry already
+// past at its creation.
+func (r *SnapshotReconciler) expiryEvent(obj *v1alpha1.RateLimitRule, prev ruleState, seen bool, v verdict) {
+	if seen && prev.Reason == v.Reason && prev.Message == v.Message {
+		return
+	}
+	kind := corev1.EventTypeNormal
+	if v.Reason == v1alpha1.ReasonExpiryInPast {
+		kind = corev1.EventTypeWarning
+	}
+	r.recorder.Eventf(obj, nil, kind, v.Reason, "Compile", "%s", v.Message)
 }
 
 // isOwnWrite reports whether a ConfigMap event shows a version this process

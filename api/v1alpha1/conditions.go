@@ -36,6 +36,14 @@ const (
 	// ReasonPublishFailed: the rule is accepted, but the controller could not
 	// write the snapshot that holds its current spec; the message says why.
 	ReasonPublishFailed = "PublishFailed"
+	// ReasonExpired: spec.expiresAt has passed; the rule is out of the
+	// snapshot until spec.expiresAt moves to a later time or is removed.
+	ReasonExpired = "Expired"
+	// ReasonExpiryInPast: spec.expiresAt was already past when the rule was
+	// created, so it never took effect. The API server cannot compare a
+	// time with the present in its validation, so the controller refuses
+	// it with this reason.
+	ReasonExpiryInPast = "ExpiryInPast"
 )
 
 // Namespace annotations of the controller's namespace policy

@@ -146,6 +146,20 @@ type RateLimitRuleSpec struct {
 	// applies. Requires tenant "*".
 	// +optional
 	Match *RuleMatch `json:"match,omitempty"`
+
+	// expiresAt makes the rule temporary (a boost for a launch, say): until
+	// this time, written in RFC 3339 ("2025-07-01T18:00:00Z"), the rule takes
+	// part in precedence and conflicts like any other (a tenant's rule beats
+	// the "*" default); at this time the controller takes it out of the
+	// snapshot without the object being deleted, its status says Expired,
+	// and what limited the tenant before is in force again (the buckets keep
+	// their tokens, as at any rule change). The object may stay, in git for
+	// example: set a later time, or remove the field, to enforce it again.
+	// The API server cannot compare a time with the present, so a time
+	// already past when the rule is created is refused by the controller
+	// (Accepted=False, reason ExpiryInPast), not at kubectl apply.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
 }
 
 // RuleMatch is what a request's identity must carry for the rule to apply.
@@ -409,7 +423,8 @@ type RateLimitRuleStatus struct {
 
 	// conditions: Accepted (the rule is valid and wins its tenant+route; with
 	// targetRef, reason TargetNotFound while the HTTPRoute or its named rule
-	// does not exist),
+	// does not exist; reason Expired once spec.expiresAt has passed,
+	// ExpiryInPast when it had already passed at creation),
 	// Programmed (the rule is in the published snapshot) and Ready (both).
 	// +listType=map
 	// +listMapKey=type
@@ -430,8 +445,9 @@ type RateLimitRuleStatus struct {
 // +kubebuilder:printcolumn:name="Capacity",type=integer,JSONPath=`.spec.capacity`
 // +kubebuilder:printcolumn:name="Rate",type=string,JSONPath=`.status.rate`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.spec.expiresAt`
 // +kubebuilder:printcolumn:name="Mode",type=string,priority=1,JSONPath=`.spec.mode`
-// +kubebuilder:printcolumn:name="Reason",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Version",type=integer,priority=1,JSONPath=`.status.publishedVersion`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type RateLimitRule struct {

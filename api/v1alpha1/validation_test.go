@@ -219,6 +219,9 @@ var _ = Describe("RateLimitRule schema", func() {
 			"spec.cost.response.onClientGone", "less than or equal to 1000000000"),
 		Entry("response cost with shards", both(set("spec.cost.response", map[string]any{"header": "X-Usage"}), set("spec.hotKey", map[string]any{"shards": int64(4)})),
 			"spec", "spec.cost.response cannot be combined with spec.hotKey.prefetch or spec.hotKey.shards"),
+		Entry("expiresAt not a time", set("spec.expiresAt", "tomorrow"), "spec.expiresAt", "must be of type date-time"),
+		Entry("expiresAt without a time zone", set("spec.expiresAt", "2030-07-01T18:00:00"), "spec.expiresAt", "must be of type date-time"),
+		Entry("expiresAt as a number", set("spec.expiresAt", int64(1893456000)), "spec.expiresAt", "must be of type date-time"),
 		Entry("response cost with prefetch", both(set("spec.cost.response", map[string]any{"header": "X-Usage"}), set("spec.hotKey", map[string]any{"prefetch": "Auto"})),
 			"spec", "spec.cost.response cannot be combined with spec.hotKey.prefetch or spec.hotKey.shards"),
 		// Refill from empty (or from -maxDebt) to full: at most 2^53 ms.
@@ -300,6 +303,11 @@ var _ = Describe("RateLimitRule schema", func() {
 			"response": map[string]any{"jsonField": "usage.total_tokens", "default": int64(100), "onError": int64(0), "max": int64(100000), "maxDebt": int64(0)}})),
 		Entry("onClientGone 0", set("spec.cost.response", map[string]any{"jsonField": "usage.total_tokens", "default": int64(5), "onClientGone": int64(0)})),
 		Entry("onClientGone at max", set("spec.cost.response", map[string]any{"header": "X-Usage", "max": int64(10), "onClientGone": int64(10)})),
+		Entry("a temporary rule", set("spec.expiresAt", "2030-07-01T18:00:00Z")),
+		Entry("a temporary rule with an offset and fractions", set("spec.expiresAt", "2030-07-01T20:00:00.5+02:00")),
+		// The API server cannot compare a time with the present: the
+		// controller refuses this one (Accepted=False, reason ExpiryInPast).
+		Entry("an expiry in the past", set("spec.expiresAt", "2001-01-01T00:00:00Z")),
 		Entry("response cost from a header, with a hotKey left Off", both(set("spec.cost.response", map[string]any{"header": "X-Usage-Tokens"}),
 			set("spec.hotKey", map[string]any{"prefetch": "Off"}))),
 		Entry("a refill just under 2^53 ms", both(set("spec.capacity", int64(14_892_855)), both(slowRefill,

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/internal/lib/filewatch"
@@ -107,9 +108,10 @@ func readFile(path string) ([]byte, error) {
 	return data, nil
 }
 
-// loadFiles parses and compiles rule files. The error lists every problem
-// found; warnings report rules that lose a conflict.
-func loadFiles(files []ruleFile) (rules []snapshot.Rule, warnings []string, err error) {
+// loadFiles parses and compiles rule files at the time now (rules whose
+// spec.expiresAt is not after now are left out). The error lists every
+// problem found; warnings report rules that lose a conflict or expired.
+func loadFiles(files []ruleFile, now time.Time) (*compiled, error) {
 	var ms []manifest
 	var errs []error
 	for _, f := range files {
@@ -120,18 +122,20 @@ func loadFiles(files []ruleFile) (rules []snapshot.Rule, warnings []string, err 
 		ms = append(ms, fms...)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return compileManifests(ms)
+	return compileManifests(ms, now)
 }
 
-// compileManifests compiles manifests like the controller compiles the
-// objects of a cluster, failing where kubectl apply would have been refused:
-// on an invalid spec, or two manifests of the same namespace/name. A rule that
-// loses a conflict for its tenant+route (to the first in namespace/name
-// order, files having no creation time) is left out with a warning, as the
-// controller leaves it out with reason Conflict.
-func compileManifests(ms []manifest) (rules []snapshot.Rule, warnings []string, err error) {
+// compileManifests compiles manifests at the time now like the controller
+// compiles the objects of a cluster, failing where kubectl apply would have
+// been refused: on an invalid spec, or two manifests of the same
+// namespace/name. A rule that loses a conflict for its tenant+route (to the
+// first in namespace/name order, files having no creation time) is left out
+// with a warning, as the controller leaves it out with reason Conflict; so
+// is a rule whose spec.expiresAt has passed (reason Expired), and the
+// result's next says when the next one expires.
+func compileManifests(ms []manifest, now time.Time) (*compiled, error) {
 	items := make([]v1alpha1.RateLimitRule, len(ms))
 	where := make(map[string]string, len(ms)) // namespace/name -> loc
 	var errs []error
@@ -145,10 +149,11 @@ func compileManifests(ms []manifest) (rules []snapshot.Rule, warnings []string, 
 		items[i] = ms[i].obj
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 
-	rules, verdicts := snapshot.Compile(items)
+	rules, verdicts, next := snapshot.CompileAt(items, now)
+	var warnings []string
 	var winners map[[2]string]string // tenant+route -> namespace/name, on demand
 	for i, v := range verdicts {
 		switch {
@@ -165,12 +170,14 @@ func compileManifests(ms []manifest) (rules []snapshot.Rule, warnings []string, 
 			warnings = append(warnings, fmt.Sprintf(
 				"%s: RateLimitRule %s/%s is ignored: tenant %q route %q is already limited by %s (%s), which comes first in namespace/name order",
 				ms[i].loc, items[i].Namespace, items[i].Name, spec.Tenant, spec.Route, winner, where[winner]))
+		case v.Reason == v1alpha1.ReasonExpired:
+			warnings = append(warnings, fmt.Sprintf("%s: RateLimitRule %s/%s is not in force: %s", ms[i].loc, items[i].Namespace, items[i].Name, v.Message))
 		default: // snapshot.ReasonInvalid, or anything this code does not know
 			errs = append(errs, fmt.Errorf("%s: %s", ms[i].loc, v.Message))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return rules, warnings, nil
+	return &compiled{rules: rules, warnings: warnings, ms: ms, next: next}, nil
 }

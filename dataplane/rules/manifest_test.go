@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
@@ -38,7 +39,11 @@ const spec1 = "tenant: shop-a\nroute: orders\ncapacity: 10\nrefillPerSecond: 5\n
 
 // rulesOf loads the manifests of one file as FileSource would.
 func rulesOf(content string) ([]snapshot.Rule, []string, error) {
-	return loadFiles([]ruleFile{{name: "rules.yaml", data: []byte(content)}})
+	c, err := loadFiles([]ruleFile{{name: "rules.yaml", data: []byte(content)}}, time.Now())
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.rules, c.warnings, nil
 }
 
 func TestParseValid(t *testing.T) {
@@ -242,10 +247,11 @@ func FuzzParseManifests(f *testing.F) {
 				t.Fatalf("%s: accepted without name or namespace", m.loc)
 			}
 		}
-		rules, _, err := compileManifests(ms)
+		c, err := compileManifests(ms, time.Now())
 		if err != nil {
 			return
 		}
+		rules := c.rules
 		seen := map[[2]string]bool{}
 		for i := range rules {
 			if err := rules[i].Validate(); err != nil {
@@ -276,9 +282,9 @@ func BenchmarkLoadFiles(b *testing.B) {
 	files := []ruleFile{{name: "rules.yaml", data: []byte(sb.String())}}
 	b.SetBytes(int64(sb.Len()))
 	for b.Loop() {
-		rules, _, err := loadFiles(files)
-		if err != nil || len(rules) != 1000 {
-			b.Fatal(len(rules), err)
+		c, err := loadFiles(files, time.Now())
+		if err != nil || len(c.rules) != 1000 {
+			b.Fatal(err)
 		}
 	}
 }
