@@ -1,13 +1,11 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
-	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,14 +14,17 @@ import (
 
 // explainOptions are the flags of "tollgate explain".
 type explainOptions struct {
-	tenant, route, admin, output string
-	timeout                      time.Duration
+	tenant, route, admin, output, pod string
+	gw                                gatewayFlags
+	// kubectl: run as kubectl tollgate, where the gateways are found
+	// through the kubeconfig unless --admin is given.
+	kubectl bool
 }
 
-func newExplainCommand() *cobra.Command {
-	o := &explainOptions{}
+func newExplainCommand(prog string) *cobra.Command {
+	o := &explainOptions{kubectl: prog != "tollgate"}
 	cmd := &cobra.Command{
-		Use:   "explain --tenant T --route R [--admin HOST:PORT]",
+		Use:   "explain --tenant T --route R [--admin HOST:PORT | --pod POD]",
 		Short: "Show what decides a tenant's requests on a route, asking a gateway's admin port",
 		Long: `Ask one gateway (its admin port, GET /debug/explain) what decides tenant T's
 requests on route R, without taking a token:
@@ -41,59 +42,44 @@ requests on route R, without taking a token:
 It takes a tenant id, never an API key (with --identity mapped, look the
 tenant up in your key file), and its output holds no key. Each gateway holds
 its own prefetched tokens and local buckets: ask the one that served the
-request (kubectl port-forward pod/<gateway pod> 9090).`,
+request (kubectl port-forward pod/<gateway pod> 9090, or --pod).
+
+As kubectl tollgate, or with --pod, the gateway is found through the
+kubeconfig (its membership Lease; the request goes through the API
+server's pod proxy): --pod, else the first live gateway.`,
 		Example: `  kubectl -n tollgate-system port-forward deploy/tollgate-gateway 9090 &
   tollgate explain --tenant shop-a --route create-order
-  tollgate explain --tenant shop-a --route create-order --output json`,
+  tollgate explain --tenant shop-a --route create-order --output json
+  kubectl tollgate explain --tenant shop-a --route create-order --pod tollgate-gateway-7d9f-x2k`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.run(cmd.OutOrStdout())
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.Flags().Changed("admin"))
 		},
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&o.tenant, "tenant", "", "Tenant id (required; never an API key).")
 	fs.StringVar(&o.route, "route", "", "Route id (required).")
 	fs.StringVar(&o.admin, "admin", "127.0.0.1:9090", "The gateway's admin listener (its --admin-listen), host:port or an http(s) URL.")
+	fs.StringVar(&o.pod, "pod", "", "Ask this gateway pod, found through the kubeconfig (default as kubectl tollgate: the first live gateway).")
 	fs.StringVarP(&o.output, "output", "o", "text", "Output format: text or json.")
-	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "Time to wait for the gateway's answer.")
+	o.gw.addKubeFlags(fs)
 	return cmd
 }
 
-func (o *explainOptions) run(out io.Writer) error {
+func (o *explainOptions) run(ctx context.Context, out io.Writer, adminSet bool) error {
 	if o.output != "text" && o.output != "json" {
 		return fmt.Errorf("--output: %q: want text or json", o.output)
 	}
 	if err := explain.ValidateQuery(o.tenant, o.route); err != nil {
 		return fmt.Errorf("--%w", err)
 	}
-	base := o.admin
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
-	u, err := url.Parse(base)
-	if err != nil || u.Host == "" {
-		return fmt.Errorf("--admin: %q is not host:port or a URL", o.admin)
-	}
-	u.Path = strings.TrimSuffix(u.Path, "/") + "/debug/explain"
-	u.RawQuery = url.Values{"tenant": {o.tenant}, "route": {o.route}}.Encode()
-	client := &http.Client{Timeout: o.timeout}
-	res, err := client.Get(u.String())
+	t, err := o.target(ctx, adminSet)
 	if err != nil {
-		return fmt.Errorf("asking the gateway at %s: %w", o.admin, err)
+		return err
 	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(res.Body, 4<<20))
-	if err != nil {
-		return fmt.Errorf("reading the gateway's answer: %w", err)
-	}
-	if res.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return fmt.Errorf("the gateway at %s answered %s: %s", o.admin, res.Status, e.Error)
-		}
-		return fmt.Errorf("the gateway at %s answered %s (is it a tollgate gateway's admin port?)", o.admin, res.Status)
+	var body json.RawMessage
+	if err := t.call(ctx, "GET", "/debug/explain", url.Values{"tenant": {o.tenant}, "route": {o.route}}, "", &body); err != nil {
+		return err
 	}
 	if o.output == "json" {
 		_, err := out.Write(body)
@@ -101,7 +87,32 @@ func (o *explainOptions) run(out io.Writer) error {
 	}
 	var r explain.Report
 	if err := json.Unmarshal(body, &r); err != nil {
-		return fmt.Errorf("the gateway at %s answered something else than an explanation: %w", o.admin, err)
+		return fmt.Errorf("the gateway %s answered something else than an explanation: %w", t.name, err)
 	}
 	return r.WriteText(out)
+}
+
+// target is --admin, else (as kubectl tollgate, or with --pod) --pod or
+// the first gateway found through the kubeconfig.
+func (o *explainOptions) target(ctx context.Context, adminSet bool) (target, error) {
+	if adminSet || (!o.kubectl && o.pod == "") {
+		ts, err := directTargets([]string{o.admin}, o.gw.timeout)
+		if err != nil {
+			return target{}, fmt.Errorf("--admin: %q is not host:port or a URL", o.admin)
+		}
+		return ts[0], nil
+	}
+	ts, err := o.gw.discover(ctx)
+	if err != nil {
+		return target{}, err
+	}
+	if o.pod == "" {
+		return ts[0], nil
+	}
+	for _, t := range ts {
+		if t.name == o.pod {
+			return t, nil
+		}
+	}
+	return target{}, fmt.Errorf("--pod: %s is not a live gateway in namespace %s (live: %s)", o.pod, o.gw.namespace, names(ts))
 }

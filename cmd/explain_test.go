@@ -24,7 +24,7 @@ import (
 // runExplain runs `tollgate explain args...` and returns its output.
 func runExplain(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	root := newRoot()
+	root := newRoot("tollgate")
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&out)

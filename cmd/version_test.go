@@ -12,7 +12,7 @@ import (
 func TestVersionCommand(t *testing.T) {
 	version.SetRelease("9.8.7\n")
 	run := func(args ...string) (string, error) {
-		root := newRoot()
+		root := newRoot("tollgate")
 		var out bytes.Buffer
 		root.SetOut(&out)
 		root.SetErr(&out)

@@ -44,6 +44,12 @@ type Options struct {
 	// QuotaShift moves the script's calendar (Redis's time) by the same
 	// amount a test moves Clock. Tests only: production leaves it 0.
 	QuotaShift time.Duration
+	// Observe, if set, hears every decision: allowed is false for a
+	// request refused (a Shadow rule's would-be refusal passes, so it
+	// counts as allowed). The gateway's top-K of refused tenants
+	// (dataplane/top) listens here, for both front doors. Called on the
+	// request's goroutine: it must be cheap and safe for concurrent use.
+	Observe func(tenant, route string, allowed bool)
 }
 
 // Decision is the answer for one request: the limiter's outcome and the
@@ -118,6 +124,9 @@ func (e *Engine) DecideRule(ctx context.Context, tenant, route string, rule *sna
 		d, err = e.opts.Limiter.Allow(ctx, b, cost)
 	} else {
 		d, shard, err = e.sharded(ctx, tenant, route, region, rule, b, shards, cost)
+	}
+	if e.opts.Observe != nil {
+		e.opts.Observe(tenant, route, d.Allowed || rule.Shadow)
 	}
 	return Decision{Outcome: d, Limit: max(1, int64(b.Capacity)), QuotaLimit: b.Quota.Whole, shard: shard + 1}, err
 }

@@ -33,8 +33,9 @@ func (g *Gateway) setHealth() {
 	g.health.SetServingStatus(rls.ServiceName, st)
 }
 
-// adminMux serves metrics, probes, /debug/explain (explain.go) and, opted
-// in, pprof.
+// adminMux serves metrics, probes, /debug/explain (explain.go), the
+// support tools /debug/top, /debug/reset and /debug/forget (support.go)
+// and, opted in, pprof.
 func (g *Gateway) adminMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{}))
@@ -47,6 +48,9 @@ func (g *Gateway) adminMux() *http.ServeMux {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/debug/explain", g.explainHandler)
+	mux.HandleFunc("/debug/top", g.topHandler)
+	mux.HandleFunc("/debug/reset", g.resetHandler)
+	mux.HandleFunc("/debug/forget", g.forgetHandler)
 	if g.opts.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

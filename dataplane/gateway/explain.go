@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"time"
 
@@ -15,17 +14,8 @@ import (
 // listener: what decides tenant's requests on route, read without taking a
 // token (package explain). It takes a tenant id, never an API key.
 func (g *Gateway) explainHandler(w http.ResponseWriter, r *http.Request) {
-	reply := func(status int, v any) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		w.WriteHeader(status)
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(v)
-	}
-	if r.Method != http.MethodGet {
-		w.Header().Set("Allow", http.MethodGet)
-		reply(http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed: use GET"})
+	reply := func(status int, v any) { writeJSON(w, status, v) }
+	if !onlyMethod(w, r, http.MethodGet) {
 		return
 	}
 	q := r.URL.Query()

@@ -65,6 +65,7 @@ type Gateway struct {
 	slots   *concurrency.Slots
 	engine  *decision.Engine
 	handler *proxy.Handler // nil without --routes (rate limit service only)
+	support *support       // /debug/top, /debug/reset (support.go)
 
 	rls        *rls.Server         // nil without --rls-listen
 	rlsDomains *rls.DomainsWatcher // nil without --rls-listen
@@ -98,9 +99,12 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	g.buildSlots()
+	if err := g.buildSupport(); err != nil {
+		return nil, err
+	}
 	g.engine = decision.New(decision.Options{
 		Rules: g.store, Limiter: g.chain, Region: opts.Region, Replicas: g.members.Replicas,
-		Clock: opts.Clock, QuotaShift: opts.quotaShift,
+		Clock: opts.Clock, QuotaShift: opts.quotaShift, Observe: g.support.top.Observe,
 	})
 	if err := g.buildProxy(); err != nil {
 		return nil, err

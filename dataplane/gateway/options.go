@@ -106,6 +106,11 @@ type Options struct {
 	FailurePerSecond    float64
 	FailureMaxAddresses int
 
+	// The support tools on the admin listener (support.go).
+	AdminTokenFile string
+	TopK           int
+	TopWindow      time.Duration
+
 	// Clock is the gateway's clock for local decisions; tests skew it.
 	// Default time.Now. Not a flag.
 	Clock func() time.Time
@@ -122,6 +127,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.addLimiterFlags(fs)
 	o.addClusterFlags(fs)
 	o.addTimeoutFlags(fs)
+	o.addSupportFlags(fs)
 }
 
 // addServingFlags registers the flags of the addresses the gateway serves: the proxy, the admin server and the Envoy rate limit service.
@@ -291,6 +297,9 @@ func (o *Options) Validate() error {
 	}
 	if err := proxy.CheckTenantHeader(o.TenantHeader); err != nil {
 		return fmt.Errorf("--tenant-header: %w", err)
+	}
+	if err := o.validateSupport(); err != nil {
+		return err
 	}
 	if err := o.validateRLSTLS(); err != nil {
 		return err

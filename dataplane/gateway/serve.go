@@ -54,6 +54,9 @@ func (g *Gateway) loops() []loop {
 	if g.jwt != nil {
 		ls = append(ls, g.jwt.loops...)
 	}
+	if g.support.guard != nil {
+		ls = append(ls, loop{"admin token file", quiet(g.support.guard.Run)})
+	}
 	if g.cms != nil {
 		ls = append(ls, loop{"rule snapshot ConfigMaps", g.cms.Run})
 	}

@@ -139,7 +139,7 @@ func (g *Gateway) connectKubernetes() error {
 		Namespace: g.opts.SnapshotNamespace, Group: g.opts.MembershipGroup, Identity: identity,
 		LeaseDuration: g.opts.LeaseDuration, RenewInterval: g.opts.LeaseDuration / 3,
 		Clock: g.opts.Clock, Logger: g.log.WithName("membership"),
-		UntilCounted: g.opts.ReplicasUntil,
+		UntilCounted: g.opts.ReplicasUntil, Annotations: g.opts.leaseAnnotations(),
 		OnChange: func(n int) {
 			g.metrics.Replicas.Set(float64(n))
 			g.metrics.ReplicasCounted.Set(1)

@@ -104,12 +104,18 @@ func (m *Membership) write(ctx context.Context, leases typedcoordv1.LeaseInterfa
 	return nil
 }
 
-// fill sets the label and the holder fields of l.
+// fill sets the label, the annotations and the holder fields of l.
 func (m *Membership) fill(l *coordv1.Lease, now metav1.MicroTime) {
 	if l.Labels == nil {
 		l.Labels = map[string]string{}
 	}
 	l.Labels[LabelGroup] = m.groupVal
+	for k, v := range m.opts.Annotations {
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[k] = v
+	}
 	l.Spec.HolderIdentity = ptr.To(m.opts.Identity)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(m.opts.LeaseDuration / time.Second))
 	l.Spec.RenewTime = &now

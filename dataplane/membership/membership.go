@@ -97,6 +97,10 @@ type Options struct {
 	// KeepLeaseOnStop leaves the Lease in place when Run returns instead of
 	// deleting it, as a crashed pod would; for tests and crash simulation.
 	KeepLeaseOnStop bool
+	// Annotations are set on the Lease at every renewal: the gateway
+	// publishes its admin port there (AnnotationAdminPort), for
+	// `tollgate top` and `kubectl tollgate` (List).
+	Annotations map[string]string
 }
 
 // Membership maintains this gateway's Lease and counts the live Leases of

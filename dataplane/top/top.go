@@ -116,6 +116,10 @@ func (t *Tracker) current(now int64) *slot {
 
 // Report is what one gateway, or several merged, counted in the window.
 type Report struct {
+	// Gateway and Region name the gateway that answered (its pod name and
+	// --region); empty in a merged report.
+	Gateway string `json:"gateway,omitempty"`
+	Region  string `json:"region,omitempty"`
 	// WindowSeconds is the time covered (the window moves in steps).
 	WindowSeconds float64 `json:"windowSeconds"`
 	// K is the number of pairs each slot tracks.
@@ -184,6 +188,22 @@ func (t *Tracker) Report(limit int) Report {
 		m.tenants.merge(&s.tenants)
 	}
 	return m.finish(limit)
+}
+
+// RefusedTenants estimates the distinct tenants refused in the window
+// (tollgate_gateway_refused_tenants), without building a Report.
+func (t *Tracker) RefusedTenants() float64 {
+	now := t.opts.Clock().UnixNano()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	oldest := now - now%t.slotLen - int64(len(t.slots)-1)*t.slotLen
+	var h hll
+	for i := range t.slots {
+		if s := &t.slots[i]; s.start >= oldest && s.start != 0 {
+			h.merge(&s.tenants)
+		}
+	}
+	return h.estimate()
 }
 
 // cut sorts the entries, most refused first, and keeps limit of them

@@ -445,7 +445,7 @@ func TestChartRBACMatchesConfig(t *testing.T) {
 // panel).
 func TestDashboardMetrics(t *testing.T) {
 	defined := map[string]bool{}
-	for _, f := range []string{"dataplane/metrics/metrics.go", "dataplane/metrics/jwt.go", "controllers/metrics.go"} {
+	for _, f := range []string{"dataplane/metrics/metrics.go", "dataplane/metrics/jwt.go", "dataplane/metrics/support.go", "controllers/metrics.go"} {
 		src, err := os.ReadFile(repoPath(f))
 		if err != nil {
 			t.Fatal(err)

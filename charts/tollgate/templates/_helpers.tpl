@@ -111,6 +111,7 @@ ConfigMap and Secret updates reach the files and the gateway reloads them.
 */}}
 {{- define "tollgate.gateway.routesDir" -}}/etc/tollgate/routes{{- end }}
 {{- define "tollgate.gateway.apiKeysDir" -}}/etc/tollgate/api-keys{{- end }}
+{{- define "tollgate.gateway.adminTokenDir" -}}/etc/tollgate/admin-token{{- end }}
 {{- define "tollgate.gateway.redisPasswordDir" -}}/etc/tollgate/redis-password{{- end }}
 {{- define "tollgate.gateway.sentinelPasswordDir" -}}/etc/tollgate/redis-sentinel-password{{- end }}
 {{- define "tollgate.gateway.redisCADir" -}}/etc/tollgate/redis-tls{{- end }}
