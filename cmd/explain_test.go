@@ -1,36 +1,19 @@
 package cmd
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/go-logr/logr"
-	"github.com/spf13/pflag"
 
 	"github.com/tollgate-dev/tollgate/dataplane/explain"
-	"github.com/tollgate-dev/tollgate/dataplane/gateway"
-	"github.com/tollgate-dev/tollgate/dataplane/redisconf"
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 )
 
 // runExplain runs `tollgate explain args...` and returns its output.
 func runExplain(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	root := newRoot("tollgate")
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetArgs(append([]string{"explain"}, args...))
-	err := root.ExecuteContext(t.Context())
-	return out.String(), err
+	return runCommand(t, append([]string{"explain"}, args...)...)
 }
 
 // TestExplainCommand: `tollgate explain` asks a real gateway (real
@@ -39,40 +22,11 @@ func runExplain(t *testing.T, args ...string) (string, error) {
 // gateway's report; bad flags and a wrong address give errors naming them.
 func TestExplainCommand(t *testing.T) {
 	srv := redistest.Start(t)
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
-	t.Cleanup(upstream.Close)
-	dir := t.TempDir()
-	routes, rules := filepath.Join(dir, "routes.yaml"), filepath.Join(dir, "rules.yaml")
-	write := func(path, content string) {
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(routes, "routes:\n  - id: list-orders\n    path: /orders\n    upstream: "+upstream.URL+"\n")
-	write(rules, `apiVersion: ratelimit.tollgate.dev/v1alpha1
+	gw := newTestSite(t, `apiVersion: ratelimit.tollgate.dev/v1alpha1
 kind: RateLimitRule
 metadata: {name: acme-orders, namespace: shop}
 spec: {tenant: acme, route: list-orders, capacity: 5, refill: {tokens: 1, period: 168h}}
-`)
-	var o gateway.Options
-	o.AddFlags(pflag.NewFlagSet("test", pflag.ContinueOnError))
-	o.Listen, o.AdminListen, o.RoutesFile, o.RulesPath = "127.0.0.1:0", "127.0.0.1:0", routes, rules
-	o.Identity = gateway.IdentityHeaderIsTenant
-	o.Redis = redisconf.Options{Addrs: []string{srv.Addr()}, Mode: redisconf.ModeStandalone, PoolSize: 8, DialTimeout: 10 * time.Second}
-	o.RedisTimeout = 10 * time.Second
-	gw, err := gateway.New(o, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	for deadline := time.Now().Add(10 * time.Second); !gw.Ready(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("gateway not ready")
-		}
-	}
+`).start(t, srv.Addr(), nil)
 	req, _ := http.NewRequest("GET", "http://"+gw.Addr()+"/orders", nil)
 	req.Header.Set("X-Api-Key", "acme")
 	res, err := http.DefaultClient.Do(req)
