@@ -99,9 +99,7 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	g.buildSlots()
-	if err := g.buildSupport(); err != nil {
-		return nil, err
-	}
+	g.buildSupport()
 	g.engine = decision.New(decision.Options{
 		Rules: g.store, Limiter: g.chain, Region: opts.Region, Replicas: g.members.Replicas,
 		Clock: opts.Clock, QuotaShift: opts.quotaShift, Observe: g.support.top.Observe,

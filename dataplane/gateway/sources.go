@@ -25,7 +25,7 @@ import (
 // standalone rules) and, in a cluster, the snapshot ConfigMaps and the
 // replica Leases.
 
-// loadFiles loads routes, API keys and (standalone) rules.
+// loadFiles loads routes, API keys, admin tokens and (standalone) rules.
 func (g *Gateway) loadFiles() error {
 	reloadErr := func(source string) func(error) {
 		// Exported at 0 from the start: a counter born at 1 shows no
@@ -66,6 +66,10 @@ func (g *Gateway) loadFiles() error {
 		if err != nil {
 			return fmt.Errorf("--api-keys-file: %w", err)
 		}
+	}
+	g.support = &support{}
+	if g.support.guard, err = g.loadAdminTokens(); err != nil {
+		return err
 	}
 	g.store = rules.NewStore(g.opts.defaultRule())
 	if g.opts.RulesPath != "" {

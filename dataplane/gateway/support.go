@@ -63,33 +63,39 @@ type support struct {
 	denied  *ratelog.Logger
 }
 
-// buildSupport builds the top-K tracker, the metrics and, with
-// --admin-token-file, the token guard. It runs before the decision engine,
-// which reports to the tracker.
-func (g *Gateway) buildSupport() error {
-	s := &support{top: top.New(top.Options{K: g.opts.TopK, Window: g.opts.TopWindow, Clock: g.opts.Clock}), name: g.opts.PodName}
+// loadAdminTokens reads --admin-token-file, if given (loadFiles calls it
+// with the other files).
+func (g *Gateway) loadAdminTokens() (*admintoken.Guard, error) {
+	if g.opts.AdminTokenFile == "" {
+		return nil, nil
+	}
+	errors := g.metrics.ReloadErrors.WithLabelValues("admin-token") // at 0 from the start
+	guard, err := admintoken.NewGuard(g.opts.AdminTokenFile, admintoken.Options{
+		Interval: g.opts.ReloadInterval,
+		OnReload: func(n int) { g.log.Info("admin tokens reloaded", "tokens", n) },
+		OnError: func(err error) {
+			errors.Inc()
+			g.log.Error(err, "admin token file refused; the last good tokens stay in force")
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--admin-token-file: %w", err)
+	}
+	return guard, nil
+}
+
+// buildSupport builds the top-K tracker and the metrics, next to the token
+// guard loadFiles read. It runs before the decision engine, which reports
+// to the tracker.
+func (g *Gateway) buildSupport() {
+	s := g.support
+	s.top = top.New(top.Options{K: g.opts.TopK, Window: g.opts.TopWindow, Clock: g.opts.Clock})
+	s.name = g.opts.PodName
 	if s.name == "" {
 		s.name, _ = os.Hostname()
 	}
 	s.metrics = metrics.NewSupport(g.registry, s.top.RefusedTenants)
 	s.denied = ratelog.New(g.log.WithName("admin"), 10*time.Second)
-	if g.opts.AdminTokenFile != "" {
-		errors := g.metrics.ReloadErrors.WithLabelValues("admin-token") // at 0 from the start
-		guard, err := admintoken.NewGuard(g.opts.AdminTokenFile, admintoken.Options{
-			Interval: g.opts.ReloadInterval,
-			OnReload: func(n int) { g.log.Info("admin tokens reloaded", "tokens", n) },
-			OnError: func(err error) {
-				errors.Inc()
-				g.log.Error(err, "admin token file refused; the last good tokens stay in force")
-			},
-		})
-		if err != nil {
-			return fmt.Errorf("--admin-token-file: %w", err)
-		}
-		s.guard = guard
-	}
-	g.support = s
-	return nil
 }
 
 // leaseAnnotations publish the admin port in the membership Lease, for

@@ -119,14 +119,14 @@ spec:
 		Eventually(func(g Gomega) {
 			out, err := kubectl("get", "rlr", "-A", "-o", "wide")
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(out).To(MatchRegexp(`kube-public\s+default-again\s+\*\s+\*\s+1\s+1/s\s+False\s+Enforce\s+TenantNotAllowed`))
+			g.Expect(out).To(MatchRegexp(`kube-public\s+default-again\s+\*\s+\*\s+1\s+1/s\s+False\s+TenantNotAllowed\s+Enforce`))
 		}, 10*time.Second).Should(Succeed())
 		out, err = kubectl("annotate", "namespace", "kube-public", "ratelimit.tollgate.dev/allow-wildcard-tenant=true")
 		Expect(err).NotTo(HaveOccurred(), out)
 		Eventually(func(g Gomega) {
 			out, err := kubectl("get", "rlr", "-A", "-o", "wide")
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(out).To(MatchRegexp(`kube-public\s+default-again\s+\*\s+\*\s+1\s+1/s\s+False\s+Enforce\s+Conflict`))
+			g.Expect(out).To(MatchRegexp(`kube-public\s+default-again\s+\*\s+\*\s+1\s+1/s\s+False\s+Conflict\s+Enforce`))
 		}, 10*time.Second).Should(Succeed())
 		out, _ = kubectl("get", "rlr", "-A", "-o", "wide")
 		GinkgoWriter.Println(out)

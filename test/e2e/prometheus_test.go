@@ -310,6 +310,12 @@ func dashboardAndAlerts() {
 		responseCostTraffic(ctx)
 		scriptErrorTraffic()
 		tokenTraffic()
+		// A reset asked of a gateway without --admin-token-file: refused
+		// (403), and counted for the "Admin mutations" panel.
+		res, err := http.Post(gateways[0].admin+"/debug/reset?tenant=dash&route=list-orders", "", nil)
+		Expect(err).NotTo(HaveOccurred())
+		res.Body.Close()
+		Expect(res.StatusCode).To(Equal(http.StatusForbidden))
 		routes := filepath.Join(workDir, "routes.yaml")
 		good, err := os.ReadFile(routes)
 		Expect(err).NotTo(HaveOccurred())
@@ -375,6 +381,12 @@ func dashboardAndAlerts() {
 		}
 		// Script errors show over the run (scriptErrorTraffic broke a bucket).
 		overRun := map[string]bool{"Redis script errors": true}
+		// The support panels show the traffic above: the tenants refused
+		// (dash on every gateway) and the refused reset.
+		support := map[string]map[string]string{
+			"Tenants refused (distinct, per gateway)": nil,
+			"Admin mutations (tollgate reset)":        {"action": "reset", "result": "disabled"},
+		}
 		redisPanels := map[string]bool{"Redis up": true, "Redis memory": true, "Redis commands and clients": true, "Redis keys evicted and expired": true}
 		seen := map[string]bool{}
 		for _, t := range dashboardTargets() {
@@ -393,6 +405,9 @@ func dashboardAndAlerts() {
 				Expect(err).NotTo(HaveOccurred())
 				Expect(r.maxValue(match)).To(BeNumerically(">", 0), "panel %q %v during the outage: %s", t.panel, match, t.expr)
 			}
+			if match, ok := support[t.panel]; ok {
+				Expect(r.maxValue(match)).To(BeNumerically(">", 0), "panel %q %v: %s", t.panel, match, t.expr)
+			}
 			if t.panel == "Redis up" {
 				r, err := prom.queryRange(t.expr, outageStart, outageEnd)
 				Expect(err).NotTo(HaveOccurred())
@@ -404,6 +419,9 @@ func dashboardAndAlerts() {
 		}
 		for panel := range overRun {
 			Expect(seen).To(HaveKey(panel), "the script error panel is on the dashboard")
+		}
+		for panel := range support {
+			Expect(seen).To(HaveKey(panel), "the support panels are on the dashboard")
 		}
 		if exporter != nil {
 			for panel := range redisPanels {
