@@ -71,15 +71,7 @@ func TestKubectlPlugin(t *testing.T) {
 	if ip == "" {
 		t.Skip("no global unicast address on this machine: the API server proxies only to such pod addresses")
 	}
-	env, err := envtestutil.NewEnvironment()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env, cfg := envtestutil.Start(t)
 	dir := t.TempDir()
 	kubeconfig, err := envtestutil.WriteKubeconfig(env, dir)
 	if err != nil {

@@ -29,15 +29,7 @@ import (
 //
 //	go test -run '^$' -bench Publish -benchtime 3x ./controllers/
 func BenchmarkPublish(b *testing.B) {
-	env, err := envtestutil.NewEnvironment()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = env.Stop() }()
+	_, cfg := envtestutil.Start(b)
 	cfg.QPS, cfg.Burst = 1000, 2000
 	sch := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(sch)

@@ -156,3 +156,35 @@ func TestAuthorize(t *testing.T) {
 		t.Errorf("reloads %v, want [2 1 0]", reloads)
 	}
 }
+
+// FuzzParse: any file content parses or is refused without a panic, an
+// error never quotes a token, and every token of a file that parses is
+// accepted by Check.
+func FuzzParse(f *testing.F) {
+	f.Add("oncall " + tokenA + "\n" + tokenB + "\n# x\n")
+	f.Add("a b c\n\n")
+	f.Fuzz(func(t *testing.T, content string) {
+		tk, err := Parse([]byte(content))
+		if err != nil {
+			for _, line := range strings.Split(content, "\n") {
+				if f := strings.Fields(line); len(f) > 0 && len(f[len(f)-1]) >= MinTokenLength && strings.Contains(err.Error(), f[len(f)-1]) {
+					t.Fatalf("the error quotes a token: %v", err)
+				}
+			}
+			return
+		}
+		for _, line := range strings.Split(content, "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			token := line
+			if _, rest, named := strings.Cut(line, " "); named {
+				token = strings.TrimSpace(rest)
+			}
+			if _, ok := tk.Check(token); !ok {
+				t.Fatalf("token of line %q refused", line)
+			}
+		}
+	})
+}

@@ -70,15 +70,7 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 
 	ctrllog.SetLogger(logr.Discard())
-	env, err := envtestutil.NewEnvironment()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env, cfg := envtestutil.Start(t)
 	kubeconfig, err := envtestutil.WriteKubeconfig(env, dir)
 	if err != nil {
 		t.Fatal(err)

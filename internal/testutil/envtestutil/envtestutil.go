@@ -4,6 +4,9 @@
 package envtestutil
 
 import (
+	"testing"
+
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/tollgate-dev/tollgate/internal/procs/kubeapi"
@@ -25,6 +28,22 @@ func Kubectl() (string, error) { return kubeapi.Kubectl() }
 // NewEnvironment returns an envtest environment with tollgate's CRDs, using
 // the binaries from Assets.
 func NewEnvironment() (*envtest.Environment, error) { return kubeapi.NewEnvironment() }
+
+// Start starts a NewEnvironment for the test, stopped when it ends, and
+// returns it with its REST config; it fails the test when it cannot.
+func Start(t testing.TB) (*envtest.Environment, *rest.Config) {
+	t.Helper()
+	env, err := NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	return env, cfg
+}
 
 // WriteKubeconfig writes a kubeconfig for an admin user of env into dir and
 // returns its path, for running kubectl or tollgate processes against it.
