@@ -101,4 +101,6 @@ type fixed struct{ r *snapshot.Rule }
 
 func (f fixed) Lookup(string, string) *snapshot.Rule { return f.r }
 
+func (f fixed) LookupClaims(string, string, snapshot.Claims) *snapshot.Rule { return f.r }
+
 func ptr(n int64) *int64 { return &n }
