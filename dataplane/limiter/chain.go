@@ -164,7 +164,9 @@ func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Outcome, error
 		return c.failed(b, cost, err), nil
 	}
 	if !r.Cached {
-		c.local.Observe(b, r.Remaining)
+		// Redis's bucket, without the tokens this gateway holds: the
+		// Cache spends those during an outage too.
+		c.local.Observe(b, r.Remaining-r.held)
 		c.local.ObserveQuota(b, r.Quota)
 	}
 	d := r.outcome(cost)

@@ -246,3 +246,34 @@ func TestMaxWaitBoundsAStalledDecision(t *testing.T) {
 		t.Errorf("admitted %d over the bucket's life, want its capacity %v", admitted, b.Capacity)
 	}
 }
+
+// TestOutageAfterPrefetchCountsHeldTokensOnce: a request of a prefetching
+// bucket (a batch of 10 from 100) leaves 90 tokens in Redis and 9 held by
+// this gateway. When Redis then goes down, the gateway spends the 9 it
+// holds and its share of what Redis said was left (90 over 2 replicas:
+// 45), 54 in all; the held tokens must not count a second time in the
+// local bucket's share.
+func TestOutageAfterPrefetchCountsHeldTokensOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	c := NewChain(ChainOptions{
+		Client: srv.Client(t), Replicas: func() int { return 2 }, Coalesce: true, EmptyBucketCache: true,
+		Timeout: 2 * time.Second, MaxWait: 5 * time.Second, PrefetchTTL: time.Hour,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	b := Bucket{Key: Key("t", "held"), Capacity: 100, RefillTokens: 1, RefillPeriodMs: 3600_000, Prefetch: 10}
+	if d, _ := c.Allow(ctx, b, 1); !d.Allowed || d.Source != SourceRedis || d.Remaining != 99 {
+		t.Fatalf("first request: %+v, want admitted by Redis, 90 left there and 9 held", d)
+	}
+	if h := c.Held(ctx, b); h.Prefetched != 9 {
+		t.Fatalf("held %+v, want 9 prefetched tokens", h)
+	}
+	if lh := c.LocalHeld(b); math.Floor(lh.Tokens) != 45 {
+		t.Errorf("local bucket %+v after Redis said 90 were left, want its share of 2 replicas, 45", lh)
+	}
+	srv.Kill()
+	tripBreaker(c)
+	if admitted := admitOf(ctx, c, b, 200); admitted != 9+45 {
+		t.Errorf("admitted %d during the outage, want the 9 held and the local share of 45 of Redis's 90", admitted)
+	}
+}
