@@ -168,7 +168,6 @@ func (g *Gateway) buildChain() error {
 			return err
 		}
 		g.redis = client
-		fallbackLog := g.log.WithName("fallback")
 		opts.Client = client
 		opts.Timeout, opts.MaxWait = g.opts.RedisTimeout, max(g.opts.RedisMaxWait, g.opts.RedisTimeout)
 		g.metrics.RedisTimeout.Set(g.opts.RedisTimeout.Seconds())
@@ -184,19 +183,7 @@ func (g *Gateway) buildChain() error {
 		opts.ObserveRedis = g.metrics.ObserveRedis
 		scriptError := g.scriptErrors(metrics.ScriptTokenBucket)
 		opts.ScriptError = func(b limiter.Bucket, err error) { scriptError(b.Key, err) }
-		opts.OnStateChange = func(from, to string) {
-			g.metrics.SetBreaker(from, to)
-			switch {
-			case to == "open" && from == "closed":
-				var cause string
-				if err := g.chain.LastError(); err != nil {
-					cause = err.Error()
-				}
-				fallbackLog.Info("Redis is failing: circuit breaker open, decisions follow each rule's failure mode", "replicas", g.members.Replicas(), "lastError", cause)
-			case to == "closed":
-				fallbackLog.Info("Redis answers again: circuit breaker closed, decisions back on Redis")
-			}
-		}
+		opts.OnStateChange = g.breakerChanged
 	}
 	g.chain = limiter.NewChain(opts)
 	if g.redis != nil {
@@ -204,6 +191,24 @@ func (g *Gateway) buildChain() error {
 		g.metrics.RegisterRedisWaits(g.chain.Waited)
 	}
 	return nil
+}
+
+// breakerChanged records a change of the breakers' state (the worst of the
+// Redis nodes') in the metrics and the log; an opening says Redis's last
+// error.
+func (g *Gateway) breakerChanged(ch limiter.StateChange) {
+	g.metrics.SetBreaker(ch.From, ch.To)
+	log := g.log.WithName("fallback")
+	switch {
+	case ch.To == "open" && ch.From == "closed":
+		var cause string
+		if ch.LastError != nil {
+			cause = ch.LastError.Error()
+		}
+		log.Info("Redis is failing: circuit breaker open, decisions follow each rule's failure mode", "replicas", g.members.Replicas(), "lastError", cause)
+	case ch.To == "closed":
+		log.Info("Redis answers again: circuit breaker closed, decisions back on Redis")
+	}
 }
 
 // scriptErrors counts the Redis calls script (a metrics.Script* name)

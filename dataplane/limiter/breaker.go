@@ -78,9 +78,8 @@ type BreakerOptions struct {
 	OpenFor time.Duration
 	// ProbeTimeout bounds one PING probe. Default 50ms.
 	ProbeTimeout time.Duration
-	// OnStateChange is called when the breaker changes state ("closed",
-	// "open", "half-open"). Optional.
-	OnStateChange func(from, to string)
+	// OnStateChange is called when the breaker changes state. Optional.
+	OnStateChange func(StateChange)
 	// ObserveRedis is called after every call to Redis with its duration
 	// and its error as a failure of Redis: nil for a script error (Redis
 	// answered; ScriptError reports it). Optional; must be cheap.
@@ -94,6 +93,15 @@ type BreakerOptions struct {
 	// local buckets with them (Local.Sending, Local.Unsure, Local.NotSent).
 	Sending    func(b Bucket)
 	Unanswered func(b Bucket, err error)
+}
+
+// StateChange is a breaker's change of state, given to OnStateChange.
+type StateChange struct {
+	// From and To are "closed", "open" or "half-open".
+	From, To string
+	// LastError is Redis's most recent error at the change (nil if it never
+	// failed): what made a breaker open, for logs.
+	LastError error
 }
 
 // ErrOpen is returned by Take while the breaker is not closed.
@@ -127,7 +135,7 @@ func NewBreaker(next Taker, pinger Pinger, opts BreakerOptions) *Breaker {
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			br.closed.Store(to == gobreaker.StateClosed)
 			if opts.OnStateChange != nil {
-				opts.OnStateChange(from.String(), to.String())
+				opts.OnStateChange(StateChange{From: from.String(), To: to.String(), LastError: br.LastError()})
 			}
 		},
 	})
@@ -256,7 +264,7 @@ func (br *Breaker) probe(ctx context.Context) {
 }
 
 // LastError is Redis's most recent error (nil if it never failed), for
-// logs: OnStateChange("closed", "open") can say why the breaker opened.
+// logs; a StateChange carries it.
 func (br *Breaker) LastError() error {
 	if b, ok := br.lastErr.Load().(errBox); ok {
 		return b.err

@@ -97,7 +97,7 @@ type ChainOptions struct {
 	// Layout is how buckets are stored in Redis (--redis-layout).
 	Layout Layout
 	// OnStateChange, ObserveRedis and ScriptError: see BreakerOptions.
-	OnStateChange func(from, to string)
+	OnStateChange func(StateChange)
 	ObserveRedis  func(time.Duration, error)
 	ScriptError   func(b Bucket, err error)
 }
@@ -258,7 +258,8 @@ func (c *Chain) Down(ctx context.Context, key string) bool {
 	return c.breaker != nil && c.breaker.Down(ctx, key)
 }
 
-// LastError is Redis's most recent error, for logs.
+// LastError is Redis's most recent error, for logs (a StateChange
+// carries it too).
 func (c *Chain) LastError() error {
 	if c.breaker == nil {
 		return nil

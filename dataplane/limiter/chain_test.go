@@ -111,3 +111,32 @@ func TestFailureModes(t *testing.T) {
 		}
 	}
 }
+
+// TestStateChangeSaysWhy: the breakers' opening is reported with Redis's
+// error that opened them, the refused connection of a killed server.
+func TestStateChangeSaysWhy(t *testing.T) {
+	srv := redistest.Start(t)
+	changes := make(chan StateChange, 16)
+	c := NewChain(ChainOptions{
+		Client: srv.Client(t), FailuresToOpen: 1, OpenFor: time.Hour,
+		OnStateChange: func(ch StateChange) { changes <- ch },
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	b := Bucket{Key: Key("t", "why"), Capacity: 10, RefillTokens: 1, RefillPeriodMs: 3600_000}
+	srv.Kill()
+	for deadline := time.Now().Add(20 * time.Second); c.State() != "open"; {
+		if time.Now().After(deadline) {
+			t.Fatal("the breaker did not open")
+		}
+		c.Allow(ctx, b, 1)
+	}
+	select {
+	case ch := <-changes:
+		if ch.From != "closed" || ch.To != "open" || ch.LastError == nil || !redisGone(ch.LastError) {
+			t.Fatalf("state change %+v, want closed to open with the refused connection", ch)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no state change reported")
+	}
+}

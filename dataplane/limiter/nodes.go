@@ -63,7 +63,7 @@ func (bs *Breakers) forKey(ctx context.Context, key string) (*Breaker, string) {
 		return br.(*Breaker), node
 	}
 	opts := bs.opts
-	opts.OnStateChange = func(string, string) { bs.report() }
+	opts.OnStateChange = bs.report
 	br := NewBreaker(bs.next, pinger, opts)
 	br.node = node
 	bs.nodes.Store(node, br)
@@ -126,8 +126,9 @@ func (bs *Breakers) State() string {
 	return state
 }
 
-// report tells OnStateChange when the aggregate state changed.
-func (bs *Breakers) report() {
+// report is a node's breaker's OnStateChange: it tells OnStateChange when
+// the aggregate state changed, with the most recent error of any node.
+func (bs *Breakers) report(StateChange) {
 	if bs.opts.OnStateChange == nil {
 		return
 	}
@@ -139,7 +140,7 @@ func (bs *Breakers) report() {
 		to := bs.State()
 		if from := bs.state; from != to {
 			bs.state = to
-			bs.opts.OnStateChange(from, to)
+			bs.opts.OnStateChange(StateChange{From: from, To: to, LastError: bs.LastError()})
 		}
 	}()
 }
