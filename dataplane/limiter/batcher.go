@@ -103,6 +103,11 @@ type BatcherOptions struct {
 	MaxWait time.Duration
 	// Layout is how buckets are stored in Redis (default LayoutPacked).
 	Layout Layout
+	// Late receives the successful replies that arrive after their Take
+	// returned (the caller gave up, or Redis was silent for a while), for
+	// Takes of buckets that keep them (the Cache's calls: see
+	// Bucket.keepsLate). Optional.
+	Late LateFunc
 
 	// ViaGoRedis sends the pipelines through the go-redis client's pool
 	// even to a single server. By default the workers then have
@@ -145,7 +150,8 @@ type op struct {
 	err      error
 	done     chan struct{}
 	// late, when set, receives a successful reply that arrived after the
-	// op was answered otherwise (prefetched tokens must not be lost).
+	// op was answered otherwise (prefetched tokens must not be lost): the
+	// Batcher's Late for a bucket that keeps late replies.
 	late LateFunc
 }
 
@@ -228,24 +234,18 @@ func (bt *Batcher) Close() error {
 // Ping checks that Redis answers; it implements Pinger.
 func (bt *Batcher) Ping(ctx context.Context) error { return bt.client.Ping(ctx).Err() }
 
-// Take implements Taker.
-func (bt *Batcher) Take(ctx context.Context, b Bucket, cost, want int64) (TakeResult, error) {
-	return bt.take(ctx, b, cost, want, nil)
-}
-
 // LateFunc receives a successful reply for bucket b that arrived after its
 // Take had returned. It is one function for all buckets (the bucket is an
-// argument), so a Take does not allocate a closure for it.
+// argument), set once when the Batcher is made.
 type LateFunc func(b *Bucket, r TakeResult)
 
-// TakeLate is Take, and hands a successful reply that arrives after Take
-// returned (the caller gave up, or Redis was silent for a while) to late.
-func (bt *Batcher) TakeLate(ctx context.Context, b Bucket, cost, want int64, late LateFunc) (TakeResult, error) {
-	return bt.take(ctx, b, cost, want, late)
-}
-
-func (bt *Batcher) take(ctx context.Context, b Bucket, cost, want int64, late LateFunc) (TakeResult, error) {
-	o := &op{b: b, cost: cost, want: want, done: make(chan struct{}), late: late}
+// Take implements Taker. A successful reply that arrives after Take
+// returned goes to the Late handler, if b keeps late replies.
+func (bt *Batcher) Take(ctx context.Context, b Bucket, cost, want int64) (TakeResult, error) {
+	o := &op{b: b, cost: cost, want: want, done: make(chan struct{})}
+	if b.keepsLate {
+		o.late = bt.opts.Late
+	}
 	select {
 	case <-bt.closed:
 		return TakeResult{}, ErrClosed

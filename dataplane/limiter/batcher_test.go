@@ -35,9 +35,12 @@ func backends(t *testing.T) []backend {
 
 // newChain is the gateway's batched chain without the breaker.
 func newChain(t *testing.T, be backend) (allower, *Batcher) {
-	bt := NewBatcher(be.client, BatcherOptions{Timeout: 30 * time.Second, ViaGoRedis: be.viaGoRedis})
+	var c *Cache
+	late := func(b *Bucket, r TakeResult) { c.KeepLate(b, r) }
+	bt := NewBatcher(be.client, BatcherOptions{Timeout: 30 * time.Second, ViaGoRedis: be.viaGoRedis, Late: late})
 	t.Cleanup(func() { _ = bt.Close() })
-	return allow(NewCache(bt, CacheOptions{})), bt
+	c = NewCache(bt, CacheOptions{})
+	return allow(c), bt
 }
 
 func TestBatchedChainIsExact(t *testing.T) {

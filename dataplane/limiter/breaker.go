@@ -154,19 +154,6 @@ func (br *Breaker) readyToTrip(c gobreaker.Counts) bool {
 
 // Take implements Taker.
 func (br *Breaker) Take(ctx context.Context, b Bucket, cost, want int64) (TakeResult, error) {
-	return br.call(ctx, b, func(ctx context.Context) (TakeResult, error) { return br.next.Take(ctx, b, cost, want) })
-}
-
-// TakeLate passes late replies through when the next Taker hands them over.
-func (br *Breaker) TakeLate(ctx context.Context, b Bucket, cost, want int64, late LateFunc) (TakeResult, error) {
-	lt, ok := br.next.(lateTaker)
-	if !ok {
-		return br.Take(ctx, b, cost, want)
-	}
-	return br.call(ctx, b, func(ctx context.Context) (TakeResult, error) { return lt.TakeLate(ctx, b, cost, want, late) })
-}
-
-func (br *Breaker) call(ctx context.Context, b Bucket, f func(context.Context) (TakeResult, error)) (TakeResult, error) {
 	// Not closed: open, or half-open (only probe sends then). gobreaker
 	// moves from open to half-open when asked for its state, which probe
 	// does.
@@ -182,7 +169,7 @@ func (br *Breaker) call(ctx context.Context, b Bucket, f func(context.Context) (
 		br.opts.Sending(b)
 	}
 	start := time.Now()
-	r, err := f(ctx)
+	r, err := br.next.Take(ctx, b, cost, want)
 	br.observe(b, time.Since(start), err)
 	if err != nil && br.opts.Unanswered != nil {
 		// Before the failure is counted: once it opens the breaker, other

@@ -8,12 +8,6 @@ import (
 	"time"
 )
 
-// lateTaker is a Taker that can hand over a reply that arrives after Take
-// returned (Batcher, and Breaker around it).
-type lateTaker interface {
-	TakeLate(ctx context.Context, b Bucket, cost, want int64, late LateFunc) (TakeResult, error)
-}
-
 // Cache sits between the chain's outer layer and the Redis side and saves
 // Redis calls in two exact-or-bounded ways:
 //
@@ -40,7 +34,9 @@ type lateTaker interface {
 //     been answered otherwise (Redis stalled, then ran the call) are kept
 //     for the next requests of the bucket, like prefetched tokens: they
 //     were taken in Redis, so spending them here keeps the cluster exact,
-//     and dropping them would reject requests the limit allows.
+//     and dropping them would reject requests the limit allows. The
+//     Cache's calls keep late replies (Bucket.keepsLate); the Batcher
+//     hands them to KeepLate, its Late handler.
 //
 // Answers given from what the Cache knows are marked Cached: they say
 // nothing about Redis's health. Safe for concurrent use.
@@ -49,7 +45,6 @@ type Cache struct {
 	opts   CacheOptions
 	seed   maphash.Seed
 	shards [cacheShards]cacheShard
-	late   LateFunc // keepLate, bound once
 }
 
 // CacheOptions configure Cache.
@@ -123,7 +118,6 @@ func NewCache(next Taker, opts CacheOptions) *Cache {
 		opts.MaxEntries = 100_000
 	}
 	c := &Cache{next: next, opts: opts, seed: maphash.MakeSeed()}
-	c.late = c.keepLate
 	for i := range c.shards {
 		c.shards[i].entries = map[string]*cacheEntry{}
 	}
@@ -255,13 +249,9 @@ func (e *cacheEntry) refusal(b *Bucket, cost int64, now time.Time) (TakeResult, 
 
 // fetch asks the Taker and records what it learnt.
 func (c *Cache) fetch(ctx context.Context, sh *cacheShard, b Bucket, cost, want int64, done chan struct{}) (TakeResult, error) {
-	var r TakeResult
-	var err error
-	if lt, ok := c.next.(lateTaker); ok {
-		r, err = lt.TakeLate(ctx, b, cost, want, c.late)
-	} else {
-		r, err = c.next.Take(ctx, b, cost, want)
-	}
+	call := b
+	call.keepsLate = true
+	r, err := c.next.Take(ctx, call, cost, want)
 	now := c.opts.Clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -292,9 +282,9 @@ func (c *Cache) fetch(ctx context.Context, sh *cacheShard, b Bucket, cost, want 
 	return r, nil
 }
 
-// keepLate keeps the tokens of a call whose request was answered before
-// Redis replied.
-func (c *Cache) keepLate(b *Bucket, r TakeResult) {
+// KeepLate keeps the tokens of a call whose request was answered before
+// Redis replied: the Late handler of the Batcher below (a LateFunc).
+func (c *Cache) KeepLate(b *Bucket, r TakeResult) {
 	sh := c.shard(b.Key)
 	now := c.opts.Clock()
 	sh.mu.Lock()

@@ -16,23 +16,30 @@ import (
 )
 
 // scriptedTaker answers Takes with the replies it is given, in order, and
-// keeps the Cache's late handler. It stands in for the Redis side where a
-// test needs replies in an order a real Redis gives only by chance (two
-// calls of one bucket whose replies are handled out of order).
+// records whether the last call keeps late replies. It stands in for the
+// Redis side where a test needs replies in an order a real Redis gives only
+// by chance (two calls of one bucket whose replies are handled out of
+// order).
 type scriptedTaker struct {
-	replies []TakeResult
-	late    LateFunc
+	replies   []TakeResult
+	keepsLate bool
 }
 
-func (s *scriptedTaker) Take(ctx context.Context, b Bucket, cost, want int64) (TakeResult, error) {
-	return s.TakeLate(ctx, b, cost, want, nil)
-}
-
-func (s *scriptedTaker) TakeLate(_ context.Context, _ Bucket, _, _ int64, late LateFunc) (TakeResult, error) {
-	s.late = late
+func (s *scriptedTaker) Take(_ context.Context, b Bucket, _, _ int64) (TakeResult, error) {
+	s.keepsLate = b.keepsLate
 	r := s.replies[0]
 	s.replies = s.replies[1:]
 	return r, nil
+}
+
+// late hands r to c as the Batcher below would: a reply to the last call
+// that came after it returned.
+func (s *scriptedTaker) late(t *testing.T, c *Cache, b *Bucket, r TakeResult) {
+	t.Helper()
+	if !s.keepsLate {
+		t.Fatal("the Cache's call does not keep a late reply")
+	}
+	c.KeepLate(b, r)
 }
 
 // TestCachedQuotaRefusalSaysQuota: once the quota has refused a request,
@@ -62,7 +69,7 @@ func TestCachedQuotaRefusalSaysQuota(t *testing.T) {
 	if err != nil || r.Granted != 0 || !r.outcome(1).Quota.Refused {
 		t.Fatalf("the quota's refusal from Redis: %+v %v", r, err)
 	}
-	next.late(&b, grantedBefore)
+	next.late(t, c, &b, grantedBefore)
 	now = now.Add(time.Second)
 	r, err = c.Take(ctx, b, 1, 1)
 	if err != nil || !r.Cached || r.Granted != 0 {
@@ -373,7 +380,7 @@ func TestCacheRefusalRules(t *testing.T) {
 			}
 		}},
 		{"a late grant after the refusal is spent first", func(t *testing.T, c *Cache, b Bucket, next *scriptedTaker, _ *time.Time) {
-			next.late(&b, TakeResult{Granted: 3, Remaining: 0, ResetMs: 1_200_000, state: bucketState{stored: 0, storedMs: T - 1, nowMs: T - 1}})
+			next.late(t, c, &b, TakeResult{Granted: 3, Remaining: 0, ResetMs: 1_200_000, state: bucketState{stored: 0, storedMs: T - 1, nowMs: T - 1}})
 			if r, err := c.Take(ctx, b, 3, 3); err != nil || !r.Cached || r.Granted != 3 {
 				t.Fatalf("%+v %v, want the 3 tokens Redis granted late", r, err)
 			}

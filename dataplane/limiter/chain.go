@@ -132,7 +132,7 @@ func NewChain(opts ChainOptions) *Chain {
 	c.batcher = NewBatcher(opts.Client, BatcherOptions{
 		Workers: workers, NoCoalesce: !opts.Coalesce, Timeout: opts.Timeout, PingTimeout: ping,
 		ExecTimeout: max(time.Second, 2*opts.MaxWait), Layout: opts.Layout, MaxWait: opts.MaxWait,
-		ViaGoRedis: opts.PipelinesViaGoRedis,
+		ViaGoRedis: opts.PipelinesViaGoRedis, Late: c.keepLate,
 	})
 	c.breaker = NewBreakers(c.batcher, opts.Client, c.batcher, BreakerOptions{
 		FailuresToOpen: opts.FailuresToOpen, MinFailingFor: max(25*time.Millisecond, opts.Timeout), OpenFor: opts.OpenFor,
@@ -148,6 +148,11 @@ func NewChain(opts ChainOptions) *Chain {
 	})
 	return c
 }
+
+// keepLate is the Batcher's Late handler: the Cache keeps the tokens of
+// its calls that Redis granted after their requests were answered. It is
+// set before any Take can reach the Batcher.
+func (c *Chain) keepLate(b *Bucket, r TakeResult) { c.cache.KeepLate(b, r) }
 
 // Allow implements Limiter; the error is always nil.
 func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Outcome, error) {

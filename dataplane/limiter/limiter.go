@@ -42,6 +42,12 @@ type Bucket struct {
 	// unconditionally, down to -MaxDebt tokens at most (a debt); want is
 	// ignored. Charges never share a script call.
 	Charge bool
+	// keepsLate: a reply that arrives after the Take returned is kept (the
+	// Batcher hands it to its Late handler). The Cache sets it on its
+	// calls, whose granted tokens it can hold; a charge's, a spread
+	// request's or a give-back's late reply is dropped. (Here, beside
+	// Charge, it takes no room of its own.)
+	keepsLate bool
 	// MaxDebt is, for a Charge, how far below zero the bucket may go, in
 	// tokens (>= 0).
 	MaxDebt float64

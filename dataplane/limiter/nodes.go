@@ -13,8 +13,8 @@ import (
 // Breakers keeps one Breaker per Redis node: in a Cluster, a node that
 // fails opens its own breaker, and buckets on the other nodes stay exact on
 // Redis. With a single server (or Sentinel) there is one breaker. It
-// implements Taker (and TakeLate) by routing each call to the breaker of
-// the node that holds the bucket's key.
+// implements Taker by routing each call to the breaker of the node that
+// holds the bucket's key.
 type Breakers struct {
 	next    Taker
 	opts    BreakerOptions
@@ -75,13 +75,6 @@ func (bs *Breakers) Take(ctx context.Context, b Bucket, cost, want int64) (TakeR
 	br, node := bs.forKey(ctx, b.Key)
 	b.node = node
 	return br.Take(ctx, b, cost, want)
-}
-
-// TakeLate implements lateTaker.
-func (bs *Breakers) TakeLate(ctx context.Context, b Bucket, cost, want int64, late LateFunc) (TakeResult, error) {
-	br, node := bs.forKey(ctx, b.Key)
-	b.node = node
-	return br.TakeLate(ctx, b, cost, want, late)
 }
 
 // each calls f for every node's breaker.
