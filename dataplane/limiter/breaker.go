@@ -10,10 +10,11 @@ import (
 	"github.com/sony/gobreaker/v2"
 )
 
-// Breaker is a circuit breaker around the Redis side of the chain (Batcher
-// or Redis). It sits below the Cache, so it only ever hears of real Redis
-// calls: answers the Cache gives on its own neither close it nor reset its
-// count of failures.
+// Breaker is a circuit breaker around the Redis side of the chain (the
+// Mirror and the Batcher below it, or Redis). It sits below the Cache, so
+// it only ever hears of real Redis calls: answers the Cache gives on its
+// own neither close it nor reset its count of failures. It knows nothing
+// of the local buckets: the Mirror below it keeps them.
 //
 // Policy:
 //   - FailuresToOpen consecutive failed calls open it, if they span at least
@@ -87,12 +88,6 @@ type BreakerOptions struct {
 	// ScriptError is called after a call for bucket b failed with a script
 	// error (IsScriptError). Optional; must be cheap.
 	ScriptError func(b Bucket, err error)
-	// Sending is called before a call for bucket b goes to Redis, and
-	// Unanswered after one failed, before the failure is counted (it may
-	// open the breaker). Optional; must be cheap. The Chain keeps its
-	// local buckets with them (Local.Sending, Local.Unsure, Local.NotSent).
-	Sending    func(b Bucket)
-	Unanswered func(b Bucket, err error)
 }
 
 // StateChange is a breaker's change of state, given to OnStateChange.
@@ -165,18 +160,9 @@ func (br *Breaker) Take(ctx context.Context, b Bucket, cost, want int64) (TakeRe
 		return TakeResult{}, ErrOpen
 	}
 	br.waited.Add(1)
-	if br.opts.Sending != nil {
-		br.opts.Sending(b)
-	}
 	start := time.Now()
 	r, err := br.next.Take(ctx, b, cost, want)
 	br.observe(b, time.Since(start), err)
-	if err != nil && br.opts.Unanswered != nil {
-		// Before the failure is counted: once it opens the breaker, other
-		// requests for b decide locally at once, and must find b's local
-		// bucket as this call left it.
-		br.opts.Unanswered(b, err)
-	}
 	done(br.classify(ctx, err))
 	return r, err
 }

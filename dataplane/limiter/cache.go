@@ -278,7 +278,6 @@ func (c *Cache) fetch(ctx context.Context, sh *cacheShard, b Bucket, cost, want 
 	e.keep(r.Granted-cost, now, c.opts.TTL)
 	e.remaining = r.Remaining
 	r.Remaining += e.tokens
-	r.held = e.tokens
 	return r, nil
 }
 

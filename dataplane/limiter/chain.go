@@ -48,6 +48,7 @@ type Chain struct {
 	local   *Local
 	cache   *Cache    // nil without Redis
 	breaker *Breakers // nil without Redis
+	mirror  *Mirror   // nil without Redis
 	batcher *Batcher  // nil without Redis
 }
 
@@ -134,14 +135,12 @@ func NewChain(opts ChainOptions) *Chain {
 		ExecTimeout: max(time.Second, 2*opts.MaxWait), Layout: opts.Layout, MaxWait: opts.MaxWait,
 		ViaGoRedis: opts.PipelinesViaGoRedis, Late: c.keepLate,
 	})
-	c.breaker = NewBreakers(c.batcher, opts.Client, c.batcher, BreakerOptions{
+	c.mirror = NewMirror(c.local, c.batcher)
+	c.breaker = NewBreakers(c.mirror, opts.Client, c.batcher, BreakerOptions{
 		FailuresToOpen: opts.FailuresToOpen, MinFailingFor: max(25*time.Millisecond, opts.Timeout), OpenFor: opts.OpenFor,
 		ProbeTimeout:  ping,
 		OnStateChange: opts.OnStateChange, ObserveRedis: opts.ObserveRedis, ScriptError: opts.ScriptError,
-		Sending: c.local.Sending, Unanswered: c.unanswered,
 	})
-	// A late reply does not update the local mirror: the bucket stays
-	// Unsure (empty locally) until Redis answers a request in time.
 	c.cache = NewCache(c.breaker, CacheOptions{
 		TTL: opts.PrefetchTTL, NoEmptyCache: !opts.EmptyBucketCache, Clock: opts.Clock, MaxWait: opts.MaxWait,
 		NextBoundsWait: true,
@@ -160,19 +159,10 @@ func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Outcome, error
 		return c.local.Decide(b, cost), nil
 	}
 	// What the local fallback admitted against the quota rides along.
-	b.Quota.Owed, b.Quota.OwedStart = c.local.TakeOwed(b)
+	c.mirror.owing(&b)
 	r, err := c.cache.Take(ctx, b, cost, cost) // bounded by MaxWait
-	if err != nil || r.Cached {
-		c.local.ReturnOwed(b, b.Quota.Owed, b.Quota.OwedStart)
-	}
 	if err != nil {
 		return c.failed(b, cost, err), nil
-	}
-	if !r.Cached {
-		// Redis's bucket, without the tokens this gateway holds: the
-		// Cache spends those during an outage too.
-		c.local.Observe(b, r.Remaining-r.held)
-		c.local.ObserveQuota(b, r.Quota)
 	}
 	d := r.outcome(cost)
 	if d.Allowed {
@@ -191,21 +181,9 @@ func (c *Chain) failed(b Bucket, cost int64, err error) Outcome {
 	if !local {
 		// The bucket is in use and its state unknown: should Redis be
 		// found down, its local bucket starts empty, not full.
-		c.local.Unsure(b)
+		c.mirror.unsure(b)
 	}
 	return c.fallback(b, cost, local)
-}
-
-// unanswered keeps the local bucket of b after its call to Redis failed:
-// empty when the call may have taken tokens (Unsure), as if never sent
-// when Redis refused or closed the connection or the script failed (no
-// replica's call admits anything in Redis then).
-func (c *Chain) unanswered(b Bucket, err error) {
-	if redisGone(err) || IsScriptError(err) {
-		c.local.NotSent(b)
-		return
-	}
-	c.local.Unsure(b)
 }
 
 // fallback decides by the bucket's failure mode; local says Redis cannot

@@ -10,7 +10,8 @@ import (
 // Charge implements Charger: one script call in debt mode (ARGV[10]),
 // bounded by MaxWait on a context of its own (the request's may be over:
 // its client went away), past the Cache (a charge is not a decision) and
-// never coalesced. When the call fails, the rule's failure mode decides:
+// never coalesced (the Mirror below mirrors Redis's answer into the local
+// bucket). When the call fails, the rule's failure mode decides:
 // LocalFallback charges the local bucket, which then owes its share of the
 // debt as Redis's answers mirror it; FailOpen and FailClosed charge
 // nothing. A call that failed while the breaker was closed may still have
@@ -33,7 +34,6 @@ func (c *Chain) Charge(ctx context.Context, b Bucket, cost int64) Charged {
 		}
 		return c.local.Charge(ctx, b, cost)
 	}
-	c.local.Observe(b, r.Remaining)
 	c.cache.learn(b, r) // its refusals wait for the debt too
 	return Charged{Tokens: r.Granted, Remaining: r.Remaining, Source: SourceRedis}
 }

@@ -222,9 +222,6 @@ type TakeResult struct {
 	// state is the bucket as the script left it (zero when the answer is
 	// not the script's).
 	state bucketState
-	// held is the part of Remaining that this gateway holds (the Cache's
-	// prefetched tokens and late grants), not Redis's bucket.
-	held int64
 }
 
 // outcome turns the answer to a Take of cost into an Outcome decided by

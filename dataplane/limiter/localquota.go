@@ -117,6 +117,21 @@ func (l *Local) ObserveQuota(b Bucket, r QuotaResult) {
 	}
 }
 
+// owing is the number of tokens b's quota owes Redis, left owed.
+func (l *Local) owing(b *Bucket) int64 {
+	if b.Quota.Key == "" {
+		return 0
+	}
+	key, _, _, _ := l.share(b)
+	sh := l.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if q := sh.quotas[key]; q != nil {
+		return q.owed
+	}
+	return 0
+}
+
 // TakeOwed returns the tokens b's quota owes Redis and the start of their
 // period, and forgets them: the caller sends them (b.Quota.Owed) and hands
 // them back with ReturnOwed if the call fails.

@@ -84,10 +84,11 @@ func (c *Chain) Refund(ctx context.Context, b Bucket, o Outcome) error {
 // giveBackCall gives units (of b.Unit) back to Redis's bucket b, and to the
 // quota period starting at quotaStart: a negative cost, which the script
 // adds back up to the capacity and takes off the period's count, never
-// below zero. The local bucket mirrors the answer. The Cache forgets b's
-// state first, and learns the reply's only for a bucket without a quota:
-// with one, the reply's quota part describes the pinned period, ending
-// never, and the Cache waits for the next call instead.
+// below zero; the Mirror below mirrors the answer into the local bucket.
+// The Cache forgets b's state first, and learns the reply's only for a
+// bucket without a quota: with one, the reply's quota part describes the
+// pinned period, ending never, and the Cache waits for the next call
+// instead.
 func (c *Chain) giveBackCall(ctx context.Context, b Bucket, units, quotaStart int64) error {
 	c.cache.Refilled(b)
 	call := b
@@ -97,7 +98,6 @@ func (c *Chain) giveBackCall(ctx context.Context, b Bucket, units, quotaStart in
 	if err != nil {
 		return err
 	}
-	c.local.Observe(b, r.Remaining)
 	if b.Quota.Key == "" {
 		c.cache.learn(b, r)
 	}

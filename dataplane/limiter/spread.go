@@ -56,8 +56,6 @@ func (c *Chain) AllowSpread(ctx context.Context, shards []Bucket, cost int64) (O
 			c.giveBack(took)
 			return c.failed(first, cost, err), nil // first and b share their local bucket
 		}
-		c.local.Observe(b, r.Remaining)
-		c.local.ObserveQuota(b, r.Quota)
 		c.cache.learn(b, r)
 		remaining += r.Remaining
 		sq.add(r)
