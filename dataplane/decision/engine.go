@@ -24,12 +24,39 @@ type Rules interface {
 	LookupClaims(tenant, route string, claims snapshot.Claims) *snapshot.Rule
 }
 
+// Limiter is what the engine decides with, for one bucket or the shards of
+// one: *limiter.Chain (the gateway's, with Redis or local-only) and
+// *limiter.Local implement it.
+type Limiter interface {
+	// Allow takes cost tokens from b when it holds that many. It is called
+	// once per request (per shard tried), from many goroutines at once.
+	// An error means no decision could be made (Chain and Local never
+	// return one).
+	Allow(ctx context.Context, b limiter.Bucket, cost int64) (limiter.Outcome, error)
+	// AllowSpread takes cost tokens from the shards of one bucket
+	// together, for a cost larger than one shard can hold.
+	AllowSpread(ctx context.Context, shards []limiter.Bucket, cost int64) (limiter.Outcome, error)
+	// Charge takes cost tokens from b after its request was admitted,
+	// into debt down to b.MaxDebt; it never fails (the rule's failure
+	// mode decides when Redis cannot).
+	Charge(ctx context.Context, b limiter.Bucket, cost int64) limiter.Charged
+	// Refund gives back what o, an Outcome Allow or AllowSpread returned
+	// for b, took. An error says the tokens stay spent.
+	Refund(ctx context.Context, b limiter.Bucket, o limiter.Outcome) error
+}
+
+// The gateway's limiters.
+var (
+	_ Limiter = (*limiter.Chain)(nil)
+	_ Limiter = (*limiter.Local)(nil)
+)
+
 // Options configure an Engine.
 type Options struct {
 	// Rules is the live rule snapshot.
 	Rules Rules
 	// Limiter decides for one bucket.
-	Limiter limiter.Limiter
+	Limiter Limiter
 	// Region is this gateway's region (--region); "" for none.
 	Region string
 	// Replicas returns the number of live gateway replicas, used to size
@@ -90,7 +117,7 @@ func New(opts Options) *Engine {
 // Decide takes cost tokens for tenant on route. tenant and route must be
 // valid ids. It returns the decision, with Limit set to the capacity this
 // gateway enforces (the region's share of the rule), and the rule. An error
-// comes only from a limiter without a failure mode (see limiter.Failover).
+// comes only from a Limiter that returns one (Chain and Local never do).
 func (e *Engine) Decide(ctx context.Context, tenant, route string, cost int64) (Decision, *snapshot.Rule, error) {
 	rule := e.opts.Rules.Lookup(tenant, route)
 	d, err := e.DecideRule(ctx, tenant, route, rule, cost)
@@ -134,22 +161,20 @@ func (e *Engine) DecideRule(ctx context.Context, tenant, route string, rule *sna
 // Refund gives back what d took, when a later check refuses the request d
 // admitted (the HTTP proxy's concurrency slot): the same tokens into the
 // same bucket, shard or region share, quota period, prefetched tokens or
-// local bucket (limiter.Refunder). rule is the rule d was decided under.
+// local bucket (Limiter.Refund). rule is the rule d was decided under.
 // It returns d as the refund left it, for the limit headers: what it gave
-// back is remaining again. A limiter that cannot refund (no
-// limiter.Refunder) gives back nothing; so does a decision that took
-// nothing (rejected, or FailOpen). An error says the tokens stay spent.
+// back is remaining again. A decision that took nothing (rejected, or
+// FailOpen) gives back nothing. An error says the tokens stay spent.
 func (e *Engine) Refund(ctx context.Context, tenant, route string, rule *snapshot.Rule, d Decision) (Decision, error) {
-	rf, ok := e.opts.Limiter.(limiter.Refunder)
 	cost := d.Taken()
-	if !ok || cost == 0 {
+	if cost == 0 {
 		return d, nil
 	}
 	b, region := e.bucket(tenant, route, rule)
 	if d.shard > 0 {
 		b = shardBucket(b, tenant, route, region, d.shard-1, max(1, int(rule.Shards)))
 	}
-	if err := rf.Refund(ctx, b, d.Outcome); err != nil {
+	if err := e.opts.Limiter.Refund(ctx, b, d.Outcome); err != nil {
 		return d, err
 	}
 	d.Remaining = min(d.Limit, d.Remaining+cost)
@@ -222,7 +247,7 @@ func shardBucket(b limiter.Bucket, tenant, route, region string, i, n int) limit
 func (e *Engine) sharded(ctx context.Context, tenant, route, region string, rule *snapshot.Rule, b limiter.Bucket, shards int, cost int64) (limiter.Outcome, int, error) {
 	start := e.opts.Pick(shards)
 	prefetch := e.batch(rule, shardBucket(b, tenant, route, region, start, shards))
-	if sp, ok := e.opts.Limiter.(limiter.Spreader); ok && float64(cost) > math.Floor(b.Capacity/float64(shards)) {
+	if float64(cost) > math.Floor(b.Capacity/float64(shards)) {
 		// No shard can ever hold cost tokens (a shard grants whole
 		// tokens): take them from several.
 		all := make([]limiter.Bucket, shards)
@@ -230,7 +255,7 @@ func (e *Engine) sharded(ctx context.Context, tenant, route, region string, rule
 			all[k] = shardBucket(b, tenant, route, region, (start+k)%shards, shards)
 			all[k].Prefetch = prefetch
 		}
-		d, err := sp.AllowSpread(ctx, all, cost)
+		d, err := e.opts.Limiter.AllowSpread(ctx, all, cost)
 		return d, start, err
 	}
 	var last limiter.Outcome
@@ -293,16 +318,15 @@ func (e *Engine) batch(rule *snapshot.Rule, b limiter.Bucket) int64 {
 // Charge charges cost tokens to the bucket of tenant on route under rule
 // after its request was admitted (a response-cost rule): the same bucket
 // Decide took from (the region's share), allowed into debt down to the
-// rule's maxDebt (scaled to the region's share). A limiter that cannot
-// charge (no limiter.Charger) charges nothing.
+// rule's maxDebt (scaled to the region's share). A cost of 0 or less
+// charges nothing.
 func (e *Engine) Charge(ctx context.Context, tenant, route string, rule *snapshot.Rule, cost int64) limiter.Charged {
-	ch, ok := e.opts.Limiter.(limiter.Charger)
-	if !ok || cost <= 0 {
+	if cost <= 0 {
 		return limiter.Charged{}
 	}
 	b, _ := e.bucket(tenant, route, rule)
 	if rule.Cost != nil && rule.Cost.Response != nil {
 		b.MaxDebt = float64(rule.Cost.Response.MaxDebt) * b.Capacity / float64(rule.Capacity)
 	}
-	return ch.Charge(ctx, b, cost)
+	return e.opts.Limiter.Charge(ctx, b, cost)
 }

@@ -25,7 +25,7 @@ func (o *oneRule) LookupClaims(string, string, snapshot.Claims) *snapshot.Rule {
 // chain is a gateway's batched limiter chain on client, with deadlines long
 // enough that a slow test machine never falls back: these tests are about
 // Redis decisions.
-func chain(t *testing.T, client limiter.BatchClient) limiter.Limiter {
+func chain(t *testing.T, client limiter.BatchClient) *limiter.Chain {
 	c := limiter.NewChain(limiter.ChainOptions{
 		Client: client, Coalesce: true, EmptyBucketCache: true, Timeout: 30 * time.Second, MaxWait: 30 * time.Second,
 	})

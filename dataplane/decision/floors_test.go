@@ -31,3 +31,31 @@ func TestLocalFloorsDoNotMultiply(t *testing.T) {
 		t.Fatalf("one replica of ten admitted %d locally on a rule of 64, want at most 7", admitted)
 	}
 }
+
+// TestLocalEngineSpreadsAndRefunds: an engine that decides with local
+// buckets alone serves a cost above one shard from the rule's one local
+// bucket, and a refund gives its tokens back there, as a local-only chain
+// does.
+func TestLocalEngineSpreadsAndRefunds(t *testing.T) {
+	rule := &oneRule{snapshot.Rule{Tenant: "*", Route: "*", Capacity: 40, RefillTokens: 1, RefillPeriodMs: 3600_000, Shards: 4}}
+	for name, l := range map[string]decision.Limiter{
+		"local buckets":    limiter.NewLocal(limiter.LocalOptions{}),
+		"local-only chain": limiter.NewChain(limiter.ChainOptions{}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := decision.New(decision.Options{Rules: rule, Limiter: l})
+			ctx := context.Background()
+			d, _, err := e.Decide(ctx, "t", "r", 15) // a shard holds 10
+			if err != nil || !d.Allowed || d.Source != limiter.SourceLocal || d.Remaining != 25 {
+				t.Fatalf("a cost of 15 on 4 shards of 10: %+v %v, want admitted by the local bucket of 40", d, err)
+			}
+			refunded, err := e.Refund(ctx, "t", "r", &rule.r, d)
+			if err != nil || refunded.Remaining != 40 {
+				t.Fatalf("refunded %+v %v, want 40 left again", refunded, err)
+			}
+			if d, _, _ := e.Decide(ctx, "t", "r", 40); !d.Allowed || d.Remaining != 0 {
+				t.Fatalf("the whole bucket after the refund: %+v, want admitted", d)
+			}
+		})
+	}
+}

@@ -7,7 +7,8 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
-// Charge implements Charger: one script call in debt mode (ARGV[10]),
+// Charge takes cost tokens from b whatever it holds, cut at the debt floor
+// (-b.MaxDebt). It never fails: one script call in debt mode (ARGV[10]),
 // bounded by MaxWait on a context of its own (the request's may be over:
 // its client went away), past the Cache (a charge is not a decision) and
 // never coalesced (the Mirror below mirrors Redis's answer into the local
@@ -38,7 +39,7 @@ func (c *Chain) Charge(ctx context.Context, b Bucket, cost int64) Charged {
 	return Charged{Tokens: r.Granted, Remaining: r.Remaining, Source: SourceRedis}
 }
 
-// Charge implements Charger for the local buckets: cost tokens are taken
+// Charge is Chain.Charge for the local buckets: cost tokens are taken
 // from this replica's share of b whatever it holds, down to -MaxDebt/N (N
 // replicas share the debt as they share the capacity).
 func (l *Local) Charge(_ context.Context, b Bucket, cost int64) Charged {

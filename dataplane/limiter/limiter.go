@@ -38,7 +38,7 @@ type Bucket struct {
 	// Unit makes a Take's cost, want and granted count 1/Unit tokens (0 or
 	// 1: whole tokens). A request spread over shards takes fractions.
 	Unit int64
-	// Charge makes a Take a charge (Charger): cost tokens are taken
+	// Charge makes a Take a charge (Chain.Charge): cost tokens are taken
 	// unconditionally, down to -MaxDebt tokens at most (a debt); want is
 	// ignored. Charges never share a script call.
 	Charge bool
@@ -161,7 +161,10 @@ type Outcome struct {
 	taken taken
 }
 
-// Limiter decides whether requests may pass. Chain and Local implement it.
+// Limiter decides whether requests may pass, one bucket at a time: Chain
+// and Local implement it, and tests and tools compare them (and a Taker
+// made one) through it. The decision engine's decision.Limiter has the
+// rest of what Chain and Local do (AllowSpread, Charge, Refund).
 type Limiter interface {
 	// Allow takes cost tokens from bucket b when it holds at least that many.
 	// The gateway calls it once per request, from many goroutines at once.
@@ -170,19 +173,10 @@ type Limiter interface {
 	Allow(ctx context.Context, b Bucket, cost int64) (Outcome, error)
 }
 
-// Charger charges a cost that is known only after a request was admitted
-// (the cost a response reports): the bucket may go into debt, down to
-// -b.MaxDebt tokens, so that the next requests wait until it refills.
-// Chain and Local implement it.
-type Charger interface {
-	// Charge takes cost tokens from b whatever it holds, cut at the debt
-	// floor. It never fails: when Redis cannot answer, the rule's failure
-	// mode decides (LocalFallback charges the local bucket; FailOpen and
-	// FailClosed charge nothing).
-	Charge(ctx context.Context, b Bucket, cost int64) Charged
-}
-
-// Charged is the answer to a Charge.
+// Charged is the answer to a Charge: a cost that is known only after a
+// request was admitted (the cost a response reports), taken from the
+// bucket whatever it holds, into debt down to -b.MaxDebt tokens, so that
+// the next requests wait until it refills.
 type Charged struct {
 	// Tokens were charged: cost, or less when the debt floor cut it.
 	Tokens int64

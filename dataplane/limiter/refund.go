@@ -6,19 +6,6 @@ import (
 	"math"
 )
 
-// Refunder gives back what an admitted decision took, when a later check
-// refuses its request (the HTTP proxy's concurrency slot): a refused
-// request costs nothing. Chain implements it.
-type Refunder interface {
-	// Refund gives back what o, an Outcome that Allow (or AllowSpread)
-	// returned for b, took: the same tokens into the same bucket (and
-	// quota period) they came from, never above its capacity. It makes at
-	// most one Redis call per bucket charged, bounded by the chain's
-	// MaxWait on a context of its own (the request's may be over). An
-	// error says the tokens stay spent: fewer admissions, never more.
-	Refund(ctx context.Context, b Bucket, o Outcome) error
-}
-
 // Taken is the tokens an admitted Outcome took, which Refund gives back
 // (0 when it took none: rejected, or admitted by FailOpen).
 func (o Outcome) Taken() int64 {
@@ -56,13 +43,19 @@ type taken struct {
 	parts *[]part
 }
 
-// Refund implements Refunder.
+// Refund gives back what an admitted decision took, when a later check
+// refuses its request (the HTTP proxy's concurrency slot): a refused
+// request costs nothing. It gives back what o, an Outcome that Allow (or
+// AllowSpread) returned for b, took: the same tokens into the same bucket
+// (and quota period) they came from, never above its capacity. It makes
+// at most one Redis call per bucket charged, bounded by the chain's
+// MaxWait on a context of its own (the request's may be over). An error
+// says the tokens stay spent: fewer admissions, never more.
 func (c *Chain) Refund(ctx context.Context, b Bucket, o Outcome) error {
 	t := &o.taken
 	switch t.from {
 	case takenLocal:
-		c.local.refund(b, t)
-		return nil
+		return c.local.Refund(ctx, b, o)
 	case takenCache:
 		c.cache.giveBack(b, t.cost)
 		return nil
@@ -128,6 +121,15 @@ func (r *TakeResult) countIn(b *Bucket, redisNow int64) {
 	} else {
 		r.Quota.Start = b.Quota.Start
 	}
+}
+
+// Refund is Chain.Refund for the local buckets: it gives back a take of
+// theirs (see refund); an Outcome they did not decide took nothing here.
+func (l *Local) Refund(_ context.Context, b Bucket, o Outcome) error {
+	if o.taken.from == takenLocal {
+		l.refund(b, &o.taken)
+	}
+	return nil
 }
 
 // refund gives back a take of the local fallback: to the bucket (up to its

@@ -5,21 +5,15 @@ import (
 	"errors"
 )
 
-// Spreader serves one request from several shards of a bucket: a cost
-// larger than one shard can ever hold, but within the whole bucket. Chain
-// implements it.
-type Spreader interface {
-	// AllowSpread takes cost tokens from shards together, trying them in
-	// order, or none. Every shard is one shard of the same bucket (same
-	// WholeKey, Shards, Capacity and refill).
-	AllowSpread(ctx context.Context, shards []Bucket, cost int64) (Outcome, error)
-}
-
 // spreadUnit is the fraction of a token a spread request takes: shards of
 // fractional size (10 tokens in 4 shards of 2.5) give all they hold.
 const spreadUnit = 1000
 
-// AllowSpread implements Spreader. It takes what each shard holds (one call
+// AllowSpread serves one request from several shards of a bucket: a cost
+// larger than one shard can ever hold, but within the whole bucket. It
+// takes cost tokens from shards together, trying them in order, or none;
+// every shard is one shard of the same bucket (same WholeKey, Shards,
+// Capacity and refill). It takes what each shard holds (one call
 // per shard, in thousandths of a token) until the cost is covered. When the
 // shards together hold less, it gives back what it took and rejects, with a
 // Retry-After of the missing tokens at the whole bucket's refill rate. Two
@@ -29,7 +23,7 @@ const spreadUnit = 1000
 // applies the rule's failure mode to the whole request, as Allow does.
 func (c *Chain) AllowSpread(ctx context.Context, shards []Bucket, cost int64) (Outcome, error) {
 	if len(shards) == 0 {
-		return Outcome{}, errors.New("limiter: AllowSpread without shards")
+		return Outcome{}, errNoShards
 	}
 	first := shards[0]
 	n := int64(max(1, first.Shards))
@@ -37,7 +31,7 @@ func (c *Chain) AllowSpread(ctx context.Context, shards []Bucket, cost int64) (O
 	// The whole bucket's refill, per millisecond.
 	perMs := float64(first.RefillTokens) / float64(first.RefillPeriodMs) * float64(n)
 	if c.cache == nil {
-		return c.local.Decide(first, cost), nil // the local bucket covers the whole rule
+		return c.local.AllowSpread(ctx, shards, cost)
 	}
 	if float64(cost) > whole {
 		// Never, as Redis answers for one bucket: no Retry-After is true.
@@ -72,6 +66,17 @@ func (c *Chain) AllowSpread(ctx context.Context, shards []Bucket, cost int64) (O
 	}
 	c.giveBack(took)
 	return spreadRejected(&sq, cost, need, whole, perMs), nil
+}
+
+var errNoShards = errors.New("limiter: AllowSpread without shards")
+
+// AllowSpread is Chain.AllowSpread for the local buckets: the local bucket
+// of a sharded rule covers the whole rule, so it decides cost at once.
+func (l *Local) AllowSpread(_ context.Context, shards []Bucket, cost int64) (Outcome, error) {
+	if len(shards) == 0 {
+		return Outcome{}, errNoShards
+	}
+	return l.Decide(shards[0], cost), nil
 }
 
 // spreadRejected is the outcome of a spread request the shards could not
