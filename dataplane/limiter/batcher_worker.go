@@ -1,0 +1,148 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// worker sends one pipeline at a time; what it reuses from one pipeline to
+// the next is its own.
+type worker struct {
+	bt    *Batcher
+	batch []*op
+	// pipe is the worker's own connection to a single server; nil: the
+	// pipelines go through go-redis, with the calls' commands in cmds.
+	pipe *pipe
+	cmds []scriptCmd
+}
+
+func (w *worker) run() {
+	bt := w.bt
+	defer func() {
+		if w.pipe != nil {
+			w.pipe.close()
+		}
+	}()
+	for {
+		var o *op
+		select {
+		case o = <-bt.queue:
+		case <-bt.closed:
+			return
+		}
+		w.batch = append(w.batch[:0], o)
+	fill:
+		for len(w.batch) < bt.opts.MaxBatch {
+			select {
+			case o := <-bt.queue:
+				w.batch = append(w.batch, o)
+			default:
+				break fill
+			}
+		}
+		w.send(w.batch)
+		clear(w.batch)
+	}
+}
+
+// send pipelines a batch's calls and answers their ops. A watchdog fails the
+// ops early when Redis stays silent for Timeout after the pipeline was
+// written.
+func (w *worker) send(batch []*op) {
+	bt := w.bt
+	sent := time.Now()
+	calls := bt.group(batch, sent)
+	if len(calls) == 0 {
+		return
+	}
+	var finished atomic.Bool
+	watchdog := time.AfterFunc(bt.opts.Timeout, func() { bt.watch(calls, sent, sent.Add(bt.opts.Timeout), &finished) })
+	defer watchdog.Stop()
+
+	deadline := sent.Add(bt.opts.ExecTimeout)
+	w.exec(calls, false, deadline)
+	// Redis lost its scripts (restart, failover, SCRIPT FLUSH) where some
+	// calls went: send those again with EVAL, which carries the script and
+	// caches it for the next EVALSHA. A NOSCRIPT call did not run, so
+	// nothing counts twice; calls that ran are not sent again.
+	w.exec(calls, true, deadline)
+	finished.Store(true)
+	now := time.Now()
+	for i := range calls {
+		bt.answer(&calls[i], now)
+	}
+}
+
+// exec sends one pipeline of script calls by SHA or, to resend those Redis
+// answered NOSCRIPT, with the script (nothing when there are none), on the
+// worker's own connection or through go-redis, all before deadline.
+func (w *worker) exec(calls []call, resend bool, deadline time.Time) {
+	bt := w.bt
+	var n int
+	if w.pipe != nil {
+		n = w.pipe.exec(calls, resend, bt.opts.Layout, deadline)
+	} else {
+		n = w.execRedis(calls, resend, deadline)
+	}
+	if n > 0 {
+		bt.roundTrips.Add(1)
+		bt.commands.Add(int64(n))
+	}
+}
+
+// execRedis is exec through go-redis (a Cluster, or Sentinel); it returns
+// the number of calls sent.
+func (w *worker) execRedis(calls []call, resend bool, deadline time.Time) int {
+	var pipe redis.Pipeliner
+	n := 0
+	for i := range calls {
+		if calls[i].due(resend) {
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if cap(w.cmds) < n {
+		w.cmds = make([]scriptCmd, n)
+	}
+	cmds := make([]*redis.Cmd, 0, n)
+	for i := range calls {
+		c := &calls[i]
+		if !c.due(resend) {
+			continue
+		}
+		if pipe == nil {
+			pipe = w.bt.client.Pipeline()
+		}
+		cmd := w.cmds[:n][len(cmds)].command(ctx, &c.ops[0].b, c.cost, c.want, c.deadlineMs, w.bt.opts.Layout, resend)
+		cmds = append(cmds, cmd)
+		_ = pipe.Process(ctx, cmd) // queued; Exec answers it
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	k := 0
+	for i := range calls {
+		c := &calls[i]
+		if !c.due(resend) {
+			continue
+		}
+		c.n, c.err = int64s(cmds[k], &c.reply)
+		k++
+	}
+	clear(w.cmds[:n]) // no bucket's strings kept alive until the next pipeline
+	return n
+}
+
+// isNetworkError reports whether err came from the connection rather than
+// from Redis.
+func isNetworkError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
