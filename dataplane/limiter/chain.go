@@ -12,19 +12,31 @@ import (
 )
 
 // Chain is the limiter the gateway decides with. NewChain assembles it; a
-// request passes its layers in this order:
+// request passes its layers in this order, each below Allow a Taker with
+// one Take:
 //
 //	Chain.Allow         on failure, the rule's failure mode
-//	  → Cache.Take      empty buckets and prefetched tokens, answered locally
+//	  → Cache.Take      empty buckets, prefetched tokens and late grants,
+//	                    answered locally
 //	  → Breakers.Take   a circuit breaker per Redis node: fails at once while
 //	                    the bucket's node is down
+//	  → Mirror.Take     keeps Local in step with the calls that go to Redis:
+//	                    the owed quota tokens a marked call carries, Sending
+//	                    before it, Observe of Redis's answer, Unsure or
+//	                    NotSent after a failure (before the breaker counts it)
 //	  → Batcher.Take    the deadline (MaxWait, one timer for all Takes),
-//	                    coalescing, pipelining, the Redis deadline
+//	                    coalescing, pipelining, the Redis deadline; a reply
+//	                    after its Take returned goes to the Cache (KeepLate,
+//	                    the Batcher's Late handler)
 //	  → Redis           lua/token_bucket.lua, one atomic script call
 //
-// and, when any layer below fails or the breaker is open, the rule's failure
-// mode: for LocalFallback rules, Local (buckets of 1/N, mirroring what Redis
-// last said). Without a Redis client the chain is Local alone.
+// Charge, AllowSpread and the give-backs of Refund are no decisions the
+// Cache answers: they call Breakers.Take themselves (and so pass the Mirror
+// and the Batcher). When any layer below fails or the breaker is open, the
+// rule's failure mode decides: for LocalFallback rules, Local (buckets of
+// 1/N, mirroring what Redis last said), which the Chain uses only to
+// decide. A breaker's change of state reaches OnStateChange as a
+// StateChange. Without a Redis client the chain is Local alone.
 //
 // A failed call is not a license to admit on top of what Redis grants:
 //
@@ -97,7 +109,8 @@ type ChainOptions struct {
 	FailClosedRetryAfter time.Duration
 	// Layout is how buckets are stored in Redis (--redis-layout).
 	Layout Layout
-	// OnStateChange, ObserveRedis and ScriptError: see BreakerOptions.
+	// OnStateChange (the worst state of the nodes' breakers), ObserveRedis
+	// and ScriptError: see BreakerOptions.
 	OnStateChange func(StateChange)
 	ObserveRedis  func(time.Duration, error)
 	ScriptError   func(b Bucket, err error)

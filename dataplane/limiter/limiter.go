@@ -188,8 +188,10 @@ type Charged struct {
 }
 
 // Taker takes tokens from the shared buckets. Every layer below the chain's
-// outer one implements it: Redis and Batcher (the script), Breaker (a
-// circuit breaker around them) and Cache (empty buckets and prefetch).
+// outer one implements it, with this one method: Redis and Batcher (the
+// script), Mirror (the local buckets kept in step with them), Breaker and
+// Breakers (circuit breakers around those) and Cache (empty buckets and
+// prefetch).
 type Taker interface {
 	// Take takes between cost and want tokens from b, or none when fewer
 	// than cost are there. Safe for concurrent use.

@@ -14,14 +14,14 @@ import (
 // admit roughly the cluster-wide limit. When N changes, buckets are resized
 // on their next use, keeping the fraction of tokens they held.
 //
-// The buckets mirror Redis: every answer Redis gives for a bucket (Observe)
-// sets the local bucket to the Redis bucket's remaining tokens divided by N,
-// as of that answer, so a fallback continues from what the cluster has
-// already spent instead of adding a fresh allowance on top of it. A bucket
-// whose call went unanswered (Unsure) starts empty; only a bucket never sent
-// to Redis starts full (capacity/N). A sharded rule has
-// one local bucket for the whole rule (its floor of one token does not
-// multiply by the shards).
+// The buckets mirror Redis (the chain's Mirror tells them what its calls
+// did): every answer Redis gives for a bucket (Observe) sets the local
+// bucket to the Redis bucket's remaining tokens divided by N, as of that
+// answer, so a fallback continues from what the cluster has already spent
+// instead of adding a fresh allowance on top of it. A bucket whose call
+// went unanswered (Unsure) starts empty; only a bucket never sent to Redis
+// starts full (capacity/N). A sharded rule has one local bucket for the
+// whole rule (its floor of one token does not multiply by the shards).
 //
 // Memory is bounded: at most MaxBuckets buckets are kept. A bucket that has
 // been idle long enough to refill completely is the same as a missing one, so
