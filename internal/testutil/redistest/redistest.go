@@ -108,7 +108,8 @@ func (s *Server) Restart(t testing.TB) {
 }
 
 // Cluster is a set of redis-server processes joined into a Redis Cluster by
-// StartCluster. Every node is a master and there are no replicas.
+// StartCluster (masters only) or StartClusterWith (replicas too). Its
+// operations (MoveSlot, AddMaster, Rebalance, Failover) are cluster.Cluster's.
 type Cluster struct {
 	*cluster.Cluster
 }
@@ -120,6 +121,18 @@ type Cluster struct {
 func StartCluster(t testing.TB, masters int) *Cluster {
 	t.Helper()
 	c, err := cluster.Start(t.TempDir(), masters)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(c.Kill)
+	return &Cluster{c}
+}
+
+// StartClusterWith is StartCluster with replicas (o.Replicas per master)
+// and extra redis-server arguments.
+func StartClusterWith(t testing.TB, o cluster.Options) *Cluster {
+	t.Helper()
+	c, err := cluster.StartWith(t.TempDir(), o)
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
