@@ -33,7 +33,7 @@ func TestQuickRunProducesReport(t *testing.T) {
 		t.Fatalf("redis-server is needed (hack/install-deps.sh installs it): %v", err)
 	}
 	out := t.TempDir()
-	cfg, err := parseFlags([]string{"-quick", "-out", out})
+	cfg, err := parseFlags([]string{"-quick", "-scale-out", "-out", out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +78,7 @@ func TestQuickRunProducesReport(t *testing.T) {
 	case res.Limits == nil || len(res.Limits.Kinds) != len(limitKinds):
 		t.Error("limits: want every rule kind")
 	}
+	checkScaleOut(t, res.ScaleOut)
 	if l := res.Limits; l != nil {
 		for _, k := range l.Kinds {
 			// Requests were sent, and decided in Redis.
@@ -105,7 +106,9 @@ func TestQuickRunProducesReport(t *testing.T) {
 		t.Error("no target checks")
 	}
 	report := readFile(filepath.Join(out, "report.md"))
-	for _, want := range []string{"## Targets", "## 1. Added latency", "## 7. Memory and scale", "## 9. Limits beyond the token bucket", ".png)"} {
+	for _, want := range []string{"## Targets", "## 1. Added latency", "## 7. Memory and scale", "## 9. Limits beyond the token bucket", ".png)",
+		"## 10. Scale-out on a Redis Cluster", "max/mean master CPU", "The Cluster's operations under load", "One gateway's limiter at steady rates",
+		"Without shards the hot tenant's master does", "Redis Cluster scaling, decisions per Redis CPU-second"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report.md lacks %q", want)
 		}
@@ -128,6 +131,82 @@ func TestQuickRunProducesReport(t *testing.T) {
 		if err := syscall.Kill(pid, 0); err == nil {
 			t.Errorf("process %d still running after the run", pid)
 		}
+	}
+}
+
+// checkScaleOut checks that the scale-out scenario measured every row:
+// three passes (3 and 6 masters with shards, 3 without) with each master's
+// figures, the operations' windows and moved tenants, the steady rates.
+func checkScaleOut(t *testing.T, r *ScaleOutResult) {
+	t.Helper()
+	if r == nil || len(r.Passes) != 3 || r.Ops == nil || len(r.Steady) != 3 {
+		t.Fatalf("scale-out: want three passes, the operations and three steady rates, got %+v", r)
+	}
+	for i, p := range r.Passes {
+		if want := []int{3, 6, 3}[i]; p.Masters != want || len(p.MastersDetail) != want || p.Shards != (i < 2) {
+			t.Errorf("scale-out pass %d: %d masters (%d detailed), shards %v", i, p.Masters, len(p.MastersDetail), p.Shards)
+		}
+		if p.Decisions == 0 || p.Exact == 0 || p.HotExact == 0 || p.ScriptCallsPerDec <= 0 || p.RedisCPUPer1000 <= 0 || p.MaxMeanCPU < 1 || p.BytesPerBucket <= 0 {
+			t.Errorf("scale-out %s: missing figures %+v", p.Name, p)
+		}
+		for _, m := range p.MastersDetail {
+			if m.ScriptCalls == 0 || m.Keys == 0 || m.CommandsPS <= 0 {
+				t.Errorf("scale-out %s: master %s has no traffic: %+v", p.Name, m.Addr, m)
+			}
+		}
+	}
+	if r.Passes[2].HotMaster == "" {
+		t.Error("scale-out: the pass without shards names no hot master")
+	}
+	if o := r.Ops; len(o.Steps) != 4 || len(o.Tenants) != 3 || o.Decisions == 0 || o.Exact == 0 {
+		t.Errorf("scale-out operations: want 4 windows and 3 tenants, got %+v", o)
+	}
+	for _, s := range r.Steady {
+		if s.Decisions == 0 || s.RoundTripsPerDec <= 0 || s.CPUPerDec <= 0 || len(s.Top) == 0 {
+			t.Errorf("scale-out steady %d/s: missing figures %+v", s.Rate, s)
+		}
+	}
+}
+
+// TestScaleOutIsOptIn: the default run leaves the scale-out scenario out;
+// -scale-out or -scenarios adds it.
+func TestScaleOutIsOptIn(t *testing.T) {
+	for _, x := range []struct {
+		args []string
+		want bool
+	}{{nil, false}, {[]string{"-scale-out"}, true}, {[]string{"-scenarios", "scale-out"}, true}, {[]string{"-scenarios", "scale-out", "-scale-out"}, true}} {
+		cfg, err := parseFlags(x.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, s := range cfg.scenarios {
+			if s == "scale-out" {
+				n++
+			}
+		}
+		if (n == 1) != x.want || n > 1 {
+			t.Errorf("%q: scale-out %d times in %v", x.args, n, cfg.scenarios)
+		}
+	}
+}
+
+// The exact count is an exact token bucket per tenant: full at the first
+// decision, refilled continuously, one token per admission.
+func TestExactCount(t *testing.T) {
+	rules := newSORules(10000, false) // t000000: capacity 1500, 1500/s
+	var decs []soDecision
+	for i := range 3000 { // 3000 decisions in the first 100 ms
+		decs = append(decs, soDecision{at: int64(i) * int64(time.Millisecond) / 30, tenant: 0})
+	}
+	decs = append(decs, soDecision{at: int64(10 * time.Second), tenant: 7}, soDecision{at: int64(10*time.Second) + 1, tenant: 7})
+	got := exactCount(decs, rules)
+	// 1500 at once, then 1500/s over the 100 ms: about 150 more.
+	if n := got[0]; n < 1640 || n > 1652 {
+		t.Errorf("hot tenant: exact %d, want about 1650", n)
+	}
+	if got[7] != 2 {
+		t.Errorf("a default tenant's two decisions: %d admitted, want 2", got[7])
 	}
 }
 

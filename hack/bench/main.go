@@ -29,25 +29,32 @@ import (
 var scenarios = []struct {
 	name string
 	run  func(*harness, context.Context) error
+	// optIn scenarios run only when named (-scenarios) or asked for by
+	// their flag (-scale-out): the default run stays near ten minutes.
+	optIn bool
 }{
-	{"latency", (*harness).scenarioLatency},
-	{"throughput", (*harness).scenarioThroughput},
-	{"redis-cost", (*harness).scenarioRedisCost},
-	{"accuracy", (*harness).scenarioAccuracy},
-	{"outage", (*harness).scenarioOutage},
-	{"propagation", (*harness).scenarioPropagation},
-	{"scale", (*harness).scenarioScale},
-	{"rls", (*harness).scenarioRLS},
-	{"limits", (*harness).scenarioLimits},
+	{"latency", (*harness).scenarioLatency, false},
+	{"throughput", (*harness).scenarioThroughput, false},
+	{"redis-cost", (*harness).scenarioRedisCost, false},
+	{"accuracy", (*harness).scenarioAccuracy, false},
+	{"outage", (*harness).scenarioOutage, false},
+	{"propagation", (*harness).scenarioPropagation, false},
+	{"scale", (*harness).scenarioScale, false},
+	{"rls", (*harness).scenarioRLS, false},
+	{"limits", (*harness).scenarioLimits, false},
+	{"scale-out", (*harness).scenarioScaleOut, true},
 }
 
-// scenarioNames are the names of scenarios, in order.
-var scenarioNames = func() []string {
-	var names []string
+// scenarioNames are the names of scenarios, in order; defaultScenarios
+// those that run unless -scenarios says otherwise.
+var scenarioNames, defaultScenarios = func() (all, def []string) {
 	for _, s := range scenarios {
-		names = append(names, s.name)
+		all = append(all, s.name)
+		if !s.optIn {
+			def = append(def, s.name)
+		}
 	}
-	return names
+	return all, def
 }()
 
 // config is what the flags set.
@@ -73,11 +80,12 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&cfg.quick, "quick", false, "Run every scenario briefly (about two minutes): checks the harness, not the machine.")
 	fs.StringVar(&cfg.out, "out", ".bench", "Directory for results.json, report.md, the plots and the processes' logs.")
 	fs.StringVar(&cfg.tollgate, "tollgate", "", "Use this tollgate binary instead of building bin/tollgate (with the flags of make build).")
-	fs.StringVar(&only, "scenarios", strings.Join(scenarioNames, ","), "Comma-separated scenarios to run: "+strings.Join(scenarioNames, ", ")+".")
+	fs.StringVar(&only, "scenarios", strings.Join(defaultScenarios, ","), "Comma-separated scenarios to run: "+strings.Join(scenarioNames, ", ")+" (scale-out only when named, or with -scale-out).")
+	scaleOut := fs.Bool("scale-out", false, "Also run the scale-out scenario (about 3 minutes; 20 s quick): a local Redis Cluster of 3 and 6 masters, 100,000 tenants, the Cluster's operations under load, and one gateway's limiter at steady rates with a CPU profile.")
 	fs.Int64Var(&cfg.seed, "seed", 1, "Seed of the tenant mix.")
 	fs.BoolVar(&cfg.pin, "pin", true, "In the latency scenario's CPU comparison (at the first rate) and the rls scenario, run the measured process (gateway, floors, nginx) alone on one CPU and the harness and Redis on the others, with taskset, where the machine allows (two or more CPUs). The latency steps themselves run unpinned.")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: go run ./hack/bench [-quick] [-out DIR] [flags]
+		fmt.Fprintf(fs.Output(), `Usage: go run ./hack/bench [-quick] [-scale-out] [-out DIR] [flags]
 
 Benchmarks tollgate on this machine: a redis-server, an echo upstream and
 gateway processes on loopback, plus kube-apiserver and etcd (envtest) for the
@@ -105,6 +113,9 @@ Flags:
 			return cfg, fmt.Errorf("-scenarios: unknown scenario %q (want %s)", s, strings.Join(scenarioNames, ", "))
 		}
 		cfg.scenarios = append(cfg.scenarios, s)
+	}
+	if *scaleOut && !contains(cfg.scenarios, "scale-out") {
+		cfg.scenarios = append(cfg.scenarios, "scale-out")
 	}
 	cfg.command = "go run ./hack/bench " + strings.Join(args, " ")
 	return cfg, nil

@@ -56,6 +56,19 @@ type plan struct {
 	// that the rows compare costs, not queues.
 	LimitsRate int           `json:"limitsRate"`
 	LimitsDur  time.Duration `json:"limitsDurationNs"`
+
+	// 10. Scale-out (-scale-out): gateways (chains), tenants, the offered
+	// rate and how long each pass loads the cluster; the masters of the
+	// two passes; how long the operations pass holds a slot migrating;
+	// the steady rates of one chain and how long each runs.
+	ScaleOutGateways int           `json:"scaleOutGateways"`
+	ScaleOutTenants  int           `json:"scaleOutTenants"`
+	ScaleOutRate     int           `json:"scaleOutRate"`
+	ScaleOutDur      time.Duration `json:"scaleOutDurationNs"`
+	ScaleOutMasters  [2]int        `json:"scaleOutMasters"`
+	ScaleOutHold     time.Duration `json:"scaleOutHoldNs"`
+	SteadyRates      []int         `json:"steadyRates"`
+	SteadyDur        time.Duration `json:"steadyDurationNs"`
 }
 
 // newPlan is the full plan, or the quick one.
@@ -99,6 +112,15 @@ func newPlan(quick bool) plan {
 
 		LimitsRate: 1000,
 		LimitsDur:  8 * time.Second,
+
+		ScaleOutGateways: 12,
+		ScaleOutTenants:  100_000,
+		ScaleOutRate:     10_000,
+		ScaleOutDur:      15 * time.Second,
+		ScaleOutMasters:  [2]int{3, 6},
+		ScaleOutHold:     time.Second,
+		SteadyRates:      []int{1000, 5000, 20000},
+		SteadyDur:        6 * time.Second,
 	}
 	if quick {
 		// Quick mode checks the harness, not the machine: low rates, so
@@ -126,6 +148,13 @@ func newPlan(quick bool) plan {
 		p.RLSBusy = 0.25 // well below the ceiling, under the race detector too
 		p.LimitsRate = 250
 		p.LimitsDur = time.Second
+		p.ScaleOutGateways = 3
+		p.ScaleOutTenants = 5_000
+		p.ScaleOutRate = 600
+		p.ScaleOutDur = 1500 * time.Millisecond
+		p.ScaleOutHold = 150 * time.Millisecond
+		p.SteadyRates = []int{200, 400, 800}
+		p.SteadyDur = time.Second
 	}
 	return p
 }

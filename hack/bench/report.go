@@ -159,6 +159,7 @@ func (h *harness) markdown() string {
 	h.mdScale(&m)
 	h.mdRLS(&m)
 	h.mdLimits(&m)
+	h.mdScaleOut(&m)
 	return m.String()
 }
 

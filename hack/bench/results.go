@@ -21,6 +21,7 @@ type Results struct {
 	Scale       *ScaleResult       `json:"scale,omitempty"`
 	RLS         *RLSResult         `json:"rls,omitempty"`
 	Limits      *LimitsResult      `json:"limits,omitempty"`
+	ScaleOut    *ScaleOutResult    `json:"scaleOut,omitempty"`
 	Targets     []TargetCheck      `json:"targets"`
 	Errors      map[string]string  `json:"errors,omitempty"`
 }

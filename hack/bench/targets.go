@@ -50,6 +50,8 @@ var targets = []target{
 	{what: "controller sync", threshold: "≤ 5 s", extract: publishTime, optional: true},
 	{what: "Envoy rate limit service decisions per CPU-second", threshold: "≥ 2× Envoy's ratelimit service", extract: rlsVsReference, optional: true},
 	{what: "rate limit service CPU per decision", threshold: "≤ 1.4× a bare grpc-go server's per call", extract: rlsVsFloor, optional: true},
+	{what: "Redis Cluster scaling, decisions per Redis CPU-second at 6 masters ÷ at 3", threshold: "≥ 0.9", extract: scalingEfficiency, optional: true},
+	{what: "max/mean master load", threshold: "≤ 1.3", extract: masterBalance, optional: true},
 }
 
 // judging reports whether the run's speed figures can be judged: a full
@@ -332,4 +334,41 @@ func batchedVsReference(h *harness, p RLSPass) []measured {
 	}
 	return []measured{{value: fmt.Sprintf("%s: %.0f vs %.0f: %.2f×", p.name(), m.PerCPUSecond, 1e6/refRLSCPUMicrosPerDec, m.VsReference),
 		met: m.VsReference >= 2, judged: h.judging(), note: "batched (default) mode; the reference ran on another machine"}}
+}
+
+// scaleOutPass is the scale-out scenario's pass of masters with shards,
+// nil when it did not run.
+func scaleOutPass(h *harness, masters int) *SOPass {
+	if h.res.ScaleOut == nil {
+		return nil
+	}
+	for i := range h.res.ScaleOut.Passes {
+		if p := &h.res.ScaleOut.Passes[i]; p.Masters == masters && p.Shards {
+			return p
+		}
+	}
+	return nil
+}
+
+// scalingEfficiency is decisions per Redis CPU-second at 6 masters over 3.
+func scalingEfficiency(h *harness) []measured {
+	a, b := scaleOutPass(h, h.plan.ScaleOutMasters[0]), scaleOutPass(h, h.plan.ScaleOutMasters[1])
+	if a == nil || b == nil || a.DecPerRedisCPUSec == 0 {
+		return nil
+	}
+	e := b.DecPerRedisCPUSec / a.DecPerRedisCPUSec
+	return []measured{{value: fmt.Sprintf("%.2f (%.0f vs %.0f decisions per Redis CPU-second)", e, b.DecPerRedisCPUSec, a.DecPerRedisCPUSec),
+		met: e >= 0.9, judged: h.judging(), note: quickNote(h)}}
+}
+
+// masterBalance is the busiest master's CPU over the mean, with shards.
+func masterBalance(h *harness) []measured {
+	var out []measured
+	for _, m := range h.plan.ScaleOutMasters {
+		if p := scaleOutPass(h, m); p != nil {
+			out = append(out, measured{what: fmt.Sprintf("max/mean master CPU, %d masters, hot tenants sharded", m),
+				value: fmt.Sprintf("%.2f (script calls %.2f)", p.MaxMeanCPU, p.MaxMeanCalls), met: p.MaxMeanCPU <= 1.3, judged: h.judging(), note: quickNote(h)})
+		}
+	}
+	return out
 }

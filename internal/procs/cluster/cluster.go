@@ -8,7 +8,9 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -124,12 +126,18 @@ func countMasters(ns []NodeInfo) int {
 }
 
 // startNode starts one more redis-server in cluster mode, not yet part of
-// the cluster.
+// the cluster, in a directory of its own: a replica writes the RDB of its
+// full resync there (dump.rdb), which a node started later in the same
+// directory would load.
 func (c *Cluster) startNode() (*procs.Redis, error) {
 	c.mu.Lock()
 	i := len(c.nodes)
 	c.mu.Unlock()
-	n, err := procs.StartRedis(procs.RedisConfig{Dir: c.dir, Log: fmt.Sprintf("redis-%d.log", i), Cluster: true, Args: c.args})
+	dir := filepath.Join(c.dir, fmt.Sprintf("node-%d", i))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	n, err := procs.StartRedis(procs.RedisConfig{Dir: dir, Log: "redis.log", Cluster: true, Args: c.args})
 	if err != nil {
 		return nil, err
 	}
