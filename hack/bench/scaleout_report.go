@@ -12,7 +12,7 @@ func (h *harness) mdScaleOut(m *md) {
 	if r == nil {
 		return
 	}
-	m.section("10. Scale-out on a Redis Cluster (baseline: the same load on 3 masters)", "%d gateways' limiter chains, %d decisions/s offered for %s per pass (constant rate, open loop) over %s. Rules: %s. %s. The exact count is an exact token bucket per tenant run over the same decisions (their times in this process); Redis CPU is `INFO cpu` (used_cpu_sys + used_cpu_user) of every master, script calls `INFO commandstats`, memory `used_memory` over the keys created.",
+	m.section("10. Scale-out on a Redis Cluster (baseline: the same load on 3 masters)", "%d gateways' limiter chains, %d decisions/s offered for %s per pass (constant rate, open loop) over %s. Rules: %s. %s. The exact count is an exact token bucket per tenant run over the same decisions (their times in this process); Redis CPU is `INFO cpu` (used_cpu_sys + used_cpu_user) of every master, script calls `INFO commandstats`, bytes per bucket `used_memory_dataset` over `DBSIZE` at the end of the load (a bucket per key; the key dictionaries' own overhead is not in it: section 7 has the whole figure).",
 		r.Gateways, h.plan.ScaleOutRate, h.plan.ScaleOutDur, r.Mix, r.Rule, r.Note)
 	var rows [][]string
 	for _, p := range r.Passes {

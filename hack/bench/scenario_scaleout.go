@@ -302,7 +302,7 @@ func (h *harness) soCluster(name string, masters, replicas int) (*cluster.Cluste
 type nodeInfo struct {
 	cpu               float64 // used_cpu_sys + used_cpu_user, seconds
 	scripts, commands int64
-	memory, keys      int64
+	memory, keys      int64 // used_memory_dataset, DBSIZE
 }
 
 func readNode(ctx context.Context, addr string) (nodeInfo, error) {
@@ -323,7 +323,7 @@ func readNode(ctx context.Context, addr string) (nodeInfo, error) {
 	if ni.commands, err = infoInt(ctx, c, "stats", "total_commands_processed"); err != nil {
 		return ni, err
 	}
-	if ni.memory, err = infoInt(ctx, c, "memory", "used_memory"); err != nil {
+	if ni.memory, err = infoInt(ctx, c, "memory", "used_memory_dataset"); err != nil {
 		return ni, err
 	}
 	ni.keys, err = c.DBSize(ctx).Result()
