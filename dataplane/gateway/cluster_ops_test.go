@@ -173,24 +173,12 @@ func tenantsOn(t *testing.T, cc *redis.ClusterClient, tenants []string, addr str
 	return on
 }
 
-// tryAgainDefect is why the slot migration tests are skipped: they fail
-// on today's limiter, whose fix is the limiter's own.
-const tryAgainDefect = `issue 31 part 3: a bucket whose slot is migrating loses the requests of the whole migration. ` +
-	`The token bucket script is called with two keys (rl:{tenant} and the 0.1 key rl:{tenant}:route, which does not exist), ` +
-	`and Redis answers a multi-key command in a MIGRATING or IMPORTING slot with TRYAGAIN unless every key is there: ` +
-	`on the old owner before the hash has moved, and on the new one (after ASK) until the slot is handed over. ` +
-	`The Batcher neither retries TRYAGAIN (the script did not run) nor leaves it out of the breaker, so each such request is refused ` +
-	`(failed call, breaker closed) or, once the node's breaker opens, decided locally. ` +
-	`Measured: ops-0 admitted 29 of its 40 tokens (11 refused, decided by the local fallback), 5 of 5 after the move; ` +
-	`TestClusterAddMasterUnderLoad: ops-0..2 admitted 37 of 40 each. Fix in dataplane/limiter (see the report)`
-
 // TestClusterSlotMigrationUnderLoad: the slot of a tenant with a live
 // bucket moves to another master while both gateways decide for it (and
 // for eleven other tenants): held migrating with the bucket still on the
 // old master, then with it moved, then handed over. Redis answers ASK and
 // TRYAGAIN meanwhile, and MOVED after; the gateways must follow them.
 func TestClusterSlotMigrationUnderLoad(t *testing.T) {
-	t.Skip(tryAgainDefect)
 	c, gws, tenants := opsCluster(t, 0, 2*time.Second)
 	cc := c.Client(t)
 	ctx := context.Background()
@@ -279,7 +267,6 @@ func commandCalls(t *testing.T, rc *redis.Client, cmd string) int64 {
 // replies, load the script there (NOSCRIPT, once per pipeline), and lose
 // no token.
 func TestClusterAddMasterUnderLoad(t *testing.T) {
-	t.Skip(tryAgainDefect)
 	c, gws, tenants := opsCluster(t, 0, 2*time.Second)
 	cc := c.Client(t)
 	ctx := context.Background()

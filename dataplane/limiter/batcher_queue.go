@@ -112,9 +112,34 @@ func (bt *Batcher) giveUp(o *op, cause error) {
 	o.finish(TakeResult{}, err)
 }
 
-// due reports whether c goes in a pipeline: every call the first time, only
-// those Redis answered NOSCRIPT when resending.
-func (c *call) due(resend bool) bool { return !resend || isNoScript(c.err) }
+// pass is one round of a batch's pipelines: the first sends every call;
+// the others send again only the calls that did not run (sendPass).
+type pass uint8
+
+const (
+	// passFirst sends every call, by SHA.
+	passFirst pass = iota
+	// passNoScript sends again, with the script's text, the calls Redis
+	// answered NOSCRIPT (it lost its scripts: a restart, a failover,
+	// SCRIPT FLUSH, a new Cluster master).
+	passNoScript
+	// passTryAgain sends again, by SHA, the calls Redis answered TRYAGAIN
+	// (a slot in migration refused a call of several keys before running
+	// it).
+	passTryAgain
+)
+
+// due reports whether c goes in a pipeline of pass p: every call the
+// first time, later only those that did not run for the pass's reason.
+func (c *call) due(p pass) bool {
+	switch p {
+	case passNoScript:
+		return isNoScript(c.err)
+	case passTryAgain:
+		return isTryAgain(c.err)
+	}
+	return true
+}
 
 // call is one script call: a group of ops on one bucket, and its reply.
 type call struct {

@@ -65,12 +65,13 @@ func (w *worker) send(batch []*op) {
 	defer watchdog.Stop()
 
 	deadline := sent.Add(bt.opts.ExecTimeout)
-	w.exec(calls, false, deadline)
+	w.exec(calls, passFirst, deadline)
 	// Redis lost its scripts (restart, failover, SCRIPT FLUSH) where some
 	// calls went: send those again with EVAL, which carries the script and
 	// caches it for the next EVALSHA. A NOSCRIPT call did not run, so
 	// nothing counts twice; calls that ran are not sent again.
-	w.exec(calls, true, deadline)
+	w.exec(calls, passNoScript, deadline)
+	w.retryTryAgain(calls, sent.Add(bt.opts.MaxWait), deadline)
 	finished.Store(true)
 	now := time.Now()
 	for i := range calls {
@@ -78,16 +79,46 @@ func (w *worker) send(batch []*op) {
 	}
 }
 
-// exec sends one pipeline of script calls by SHA or, to resend those Redis
-// answered NOSCRIPT, with the script (nothing when there are none), on the
-// worker's own connection or through go-redis, all before deadline.
-func (w *worker) exec(calls []call, resend bool, deadline time.Time) {
+// retryTryAgain sends again the calls a slot in migration answered
+// TRYAGAIN (Redis refuses a call of several keys there, before running it,
+// unless all of them exist: the bucket's hash with its 0.1 key or a
+// quota's counters), after a pause that doubles from 1ms to 10ms, until
+// they run or until their callers stop waiting (by until); a new owner of
+// the slot may lack the script, so each round has its NOSCRIPT pass too.
+// Such a call did not run: sending it again counts nothing twice. One
+// still refused at the end fails with its TRYAGAIN.
+func (w *worker) retryTryAgain(calls []call, until, deadline time.Time) {
+	for wait := time.Millisecond; anyTryAgain(calls); wait = min(2*wait, 10*time.Millisecond) {
+		if time.Now().Add(wait).After(until) {
+			return
+		}
+		time.Sleep(wait)
+		w.exec(calls, passTryAgain, deadline)
+		w.exec(calls, passNoScript, deadline)
+	}
+}
+
+// anyTryAgain reports whether Redis answered TRYAGAIN to one of calls.
+func anyTryAgain(calls []call) bool {
+	for i := range calls {
+		if isTryAgain(calls[i].err) {
+			return true
+		}
+	}
+	return false
+}
+
+// exec sends one pipeline of the script calls due in pass ps (by SHA, or
+// with the script's text to resend those Redis answered NOSCRIPT; nothing
+// when none is due), on the worker's own connection or through go-redis,
+// all before deadline.
+func (w *worker) exec(calls []call, ps pass, deadline time.Time) {
 	bt := w.bt
 	var n int
 	if w.pipe != nil {
-		n = w.pipe.exec(calls, resend, bt.opts.Layout, deadline)
+		n = w.pipe.exec(calls, ps, bt.opts.Layout, deadline)
 	} else {
-		n = w.execRedis(calls, resend, deadline)
+		n = w.execRedis(calls, ps, deadline)
 	}
 	if n > 0 {
 		bt.roundTrips.Add(1)
@@ -97,11 +128,11 @@ func (w *worker) exec(calls []call, resend bool, deadline time.Time) {
 
 // execRedis is exec through go-redis (a Cluster, or Sentinel); it returns
 // the number of calls sent.
-func (w *worker) execRedis(calls []call, resend bool, deadline time.Time) int {
+func (w *worker) execRedis(calls []call, ps pass, deadline time.Time) int {
 	var pipe redis.Pipeliner
 	n := 0
 	for i := range calls {
-		if calls[i].due(resend) {
+		if calls[i].due(ps) {
 			n++
 		}
 	}
@@ -116,21 +147,22 @@ func (w *worker) execRedis(calls []call, resend bool, deadline time.Time) int {
 	cmds := make([]*redis.Cmd, 0, n)
 	for i := range calls {
 		c := &calls[i]
-		if !c.due(resend) {
+		if !c.due(ps) {
 			continue
 		}
 		if pipe == nil {
 			pipe = w.bt.client.Pipeline()
 		}
-		cmd := w.cmds[:n][len(cmds)].command(ctx, &c.ops[0].b, c.cost, c.want, c.deadlineMs, w.bt.opts.Layout, resend)
+		cmd := w.cmds[:n][len(cmds)].command(ctx, &c.ops[0].b, c.cost, c.want, c.deadlineMs, w.bt.opts.Layout, ps == passNoScript)
 		cmds = append(cmds, cmd)
-		_ = pipe.Process(ctx, cmd) // queued; Exec answers it
+		// noRetry: go-redis must not send the pipeline again itself.
+		_ = pipe.Process(ctx, noRetry{cmd}) // queued; Exec answers it
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	k := 0
 	for i := range calls {
 		c := &calls[i]
-		if !c.due(resend) {
+		if !c.due(ps) {
 			continue
 		}
 		c.n, c.err = int64s(cmds[k], &c.reply)

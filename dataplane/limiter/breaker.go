@@ -195,6 +195,10 @@ func (br *Breaker) classify(ctx context.Context, err error) error {
 		// Redis answered: the script fails on this bucket (see
 		// IsScriptError), on a healthy node.
 		return errNotRedis
+	case isTryAgain(err):
+		// Redis answered: the bucket's slot is being migrated (see
+		// isTryAgain), on a healthy node.
+		return errNotRedis
 	case errors.Is(err, ErrRedisSilent):
 		// Counted below.
 	case isTimeout(err):

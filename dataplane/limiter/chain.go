@@ -190,7 +190,7 @@ func (c *Chain) Allow(ctx context.Context, b Bucket, cost int64) (Outcome, error
 // failed decides a request of cost on b whose call to Redis failed with
 // err, by the bucket's failure mode.
 func (c *Chain) failed(b Bucket, cost int64, err error) Outcome {
-	local := errors.Is(err, ErrOpen) || redisGone(err) || IsScriptError(err)
+	local := errors.Is(err, ErrOpen) || redisGone(err) || IsScriptError(err) || isTryAgain(err)
 	if !local {
 		// The bucket is in use and its state unknown: should Redis be
 		// found down, its local bucket starts empty, not full.
@@ -200,8 +200,9 @@ func (c *Chain) failed(b Bucket, cost int64, err error) Outcome {
 }
 
 // fallback decides by the bucket's failure mode; local says Redis cannot
-// decide for b (its breaker is open, Redis is gone, or the script fails on
-// b), so a LocalFallback rule's local bucket does.
+// decide for b (its breaker is open, Redis is gone, the script fails on b,
+// or b's slot is being migrated and Redis refused the call unrun), so a
+// LocalFallback rule's local bucket does.
 func (c *Chain) fallback(b Bucket, cost int64, local bool) Outcome {
 	switch b.FailureMode {
 	case snapshot.FailOpen:

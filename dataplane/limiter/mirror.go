@@ -67,10 +67,11 @@ func (m *Mirror) owing(b *Bucket) {
 
 // unanswered keeps the local bucket of b after its call to Redis failed
 // with err: empty when the call may have taken tokens (Unsure), as if never
-// sent when Redis refused or closed the connection or the script failed
-// (no replica's call admits anything in Redis then).
+// sent when Redis refused or closed the connection, the script failed (no
+// replica's call admits anything in Redis then) or Redis refused the call
+// unrun (TRYAGAIN, a slot in migration).
 func (m *Mirror) unanswered(b Bucket, err error) {
-	if redisGone(err) || IsScriptError(err) {
+	if redisGone(err) || IsScriptError(err) || isTryAgain(err) {
 		m.local.NotSent(b)
 		return
 	}

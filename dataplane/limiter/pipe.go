@@ -161,20 +161,20 @@ func (p *pipe) hello(deadline time.Time) error {
 	return nil
 }
 
-// exec sends calls (those Redis answered NOSCRIPT, when resend) as one
-// pipeline and reads each reply into its call. It returns the number of
+// exec sends the calls due in pass p (call.due) as one pipeline and reads
+// each reply into its call. It returns the number of
 // calls sent. A broken connection fails every call not answered yet and is
 // closed; a Redis error reply fails its own call only.
-func (p *pipe) exec(calls []call, resend bool, layout Layout, deadline time.Time) int {
+func (p *pipe) exec(calls []call, ps pass, layout Layout, deadline time.Time) int {
 	w := p.wbuf[:0]
 	n := 0
 	for i := range calls {
 		c := &calls[i]
-		if !c.due(resend) {
+		if !c.due(ps) {
 			continue
 		}
 		keys, args := p.args.fill(&c.ops[0].b, c.cost, c.want, c.deadlineMs, layout)
-		w = appendScript(w, keys, args, resend)
+		w = appendScript(w, keys, args, ps == passNoScript)
 		n++
 	}
 	p.wbuf = w
@@ -191,7 +191,7 @@ func (p *pipe) exec(calls []call, resend bool, layout Layout, deadline time.Time
 	}
 	for i := range calls {
 		c := &calls[i]
-		if !c.due(resend) {
+		if !c.due(ps) {
 			continue
 		}
 		if err == nil {

@@ -356,7 +356,7 @@ func TestPipeKeepsNoHugeBuffer(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	if n := p.exec(calls, false, LayoutPacked, deadline); n != len(calls) {
+	if n := p.exec(calls, passFirst, LayoutPacked, deadline); n != len(calls) {
 		t.Fatalf("sent %d calls, want %d", n, len(calls))
 	}
 	for i := range calls {
@@ -364,7 +364,7 @@ func TestPipeKeepsNoHugeBuffer(t *testing.T) {
 			t.Fatalf("call %d after SCRIPT FLUSH: %v, want NOSCRIPT", i, calls[i].err)
 		}
 	}
-	if n := p.exec(calls, true, LayoutPacked, deadline); n != len(calls) {
+	if n := p.exec(calls, passNoScript, LayoutPacked, deadline); n != len(calls) {
 		t.Fatalf("resent %d calls, want %d", n, len(calls))
 	}
 	for i := range calls {
