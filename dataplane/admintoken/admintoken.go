@@ -165,8 +165,11 @@ func NewGuard(path string, opts Options) (*Guard, error) {
 	return &Guard{w: w}, nil
 }
 
-// Run follows the file until ctx ends.
-func (g *Guard) Run(ctx context.Context) { g.w.Run(ctx) }
+// Run follows the file until ctx ends, and returns nil then.
+func (g *Guard) Run(ctx context.Context) error { return g.w.Run(ctx) }
+
+// Loaded is true: the Guard is made from a file that loads.
+func (g *Guard) Loaded() bool { return true }
 
 // Refusal is why Authorize refused a request: the HTTP status to answer
 // and a message that quotes nothing the client sent.

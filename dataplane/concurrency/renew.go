@@ -12,17 +12,17 @@ import (
 // Run renews the leases of this gateway's slots until ctx ends: every Tick
 // it sends one pipeline with one script call per key whose renewal is due
 // (a third of its lease after the last one), covering all of that key's
-// slots. It returns at once without Redis.
-func (s *Slots) Run(ctx context.Context) {
+// slots. It returns at once without Redis, and nil when ctx ends.
+func (s *Slots) Run(ctx context.Context) error {
 	if s.opts.Client == nil {
-		return
+		return nil
 	}
 	t := time.NewTicker(s.opts.Tick)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 			s.RenewDue(ctx, time.Now())
 		}

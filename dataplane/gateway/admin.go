@@ -17,8 +17,9 @@ import (
 
 // followHealth keeps the gRPC health status in step with Ready until ctx
 // ends.
-func (g *Gateway) followHealth(ctx context.Context) {
+func (g *Gateway) followHealth(ctx context.Context) error {
 	ticker.Every(ctx, 250*time.Millisecond, g.setHealth)
+	return nil
 }
 
 // setHealth reports SERVING for the whole server ("") and the rate limit

@@ -32,9 +32,12 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/lib/ratelog"
 )
 
-// The gateway is built in four files, read in this order: gateway.go
-// (construction: New), sources.go (files, ConfigMaps, Leases), serve.go (Run:
-// background loops, listeners, shutdown) and admin.go (metrics, probes).
+// The gateway is read in this order: gateway.go (construction: New),
+// sources.go (the Source interface and its list: files, ConfigMaps,
+// Secrets, and the replica Leases), serve.go (Run: background loops,
+// listeners, shutdown) and admin.go (metrics, probes); next to them,
+// options.go (flags), identity.go and jwt.go (who the caller is),
+// support.go (/debug/top, /debug/reset), explain.go and rlstls.go.
 
 // Gateway is one data-plane instance.
 type Gateway struct {
@@ -51,9 +54,11 @@ type Gateway struct {
 	store *rules.Store
 	keys  *identity.MappedWatcher
 	jwt   *jwtIdentity // nil without jwt in --identity
-	files *rules.FileSource
-	cms   *rules.ConfigMapSource
-	kube  kubernetes.Interface
+	// sources are every source above, and those read only in the
+	// background (rule files or ConfigMaps, token files, key sources): Run
+	// runs each, Ready waits until each is Loaded.
+	sources []namedSource
+	kube    kubernetes.Interface
 	// events sends the gateway's Kubernetes Events (nil without a cluster);
 	// foreign reports the objects the sources refuse as not the
 	// controller's.
@@ -335,7 +340,15 @@ func (g *Gateway) AdminAddr() string {
 
 // Ready reports whether the gateway serves with a loaded rule snapshot.
 func (g *Gateway) Ready() bool {
-	return g.listening.Load() && !g.stopping.Load() && g.store.Loaded() && (g.httpRoutes == nil || g.httpRoutes.Loaded())
+	if !g.listening.Load() || g.stopping.Load() || !g.store.Loaded() {
+		return false
+	}
+	for _, s := range g.sources {
+		if !s.Loaded() {
+			return false
+		}
+	}
+	return true
 }
 
 // Replicas is the replica count the fallback uses.

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -145,12 +144,11 @@ func (o *JWTOptions) verifierOptions() (jwtauth.Options, error) {
 	return vo, nil
 }
 
-// jwtIdentity is the gateway's bearer token identity: the verifier and
-// the loops that keep its keys.
+// jwtIdentity is the gateway's bearer token identity: the verifier and its
+// metrics (its key sources are among the gateway's sources).
 type jwtIdentity struct {
 	verifier *jwtauth.Verifier
 	metrics  *metrics.JWT
-	loops    []loop
 }
 
 // buildJWT builds the verifier and its key sources.
@@ -173,7 +171,7 @@ func (g *Gateway) buildJWT() error {
 			return fmt.Errorf("--jwt-hmac-secret-file: %w", err)
 		}
 		vo.Secret = w.Current
-		j.loops = append(j.loops, loop{"JWT shared secret file", func(ctx context.Context) error { w.Run(ctx); return nil }})
+		g.addSource("JWT shared secret file", w)
 	}
 	vo.Clock = g.opts.Clock
 	if j.verifier, err = jwtauth.New(vo); err != nil {
@@ -198,11 +196,11 @@ func (g *Gateway) jwtKeys(j *jwtIdentity) (jwtauth.KeySource, error) {
 			return nil, fmt.Errorf("--jwt-jwks-file: %w", err)
 		}
 		so.OnLoad(src.Keys())
-		j.loops = append(j.loops, loop{"JWKS file", func(ctx context.Context) error { src.Run(ctx); return nil }})
+		g.addSource("JWKS file", src)
 		return src, nil
 	case o.JWKSSecret != "":
 		src := jwtauth.NewSecretSource(g.kube, g.opts.SnapshotNamespace, o.JWKSSecret, o.JWKSSecretKey, so)
-		j.loops = append(j.loops, loop{"JWKS Secret", src.Run})
+		g.addSource("JWKS Secret", src)
 		return src, nil
 	}
 	client := &http.Client{Timeout: 5 * time.Second}
@@ -217,7 +215,7 @@ func (g *Gateway) jwtKeys(j *jwtIdentity) (jwtauth.KeySource, error) {
 		SourceOptions: so, URL: o.JWKSURL, Issuer: o.Issuer, Client: client,
 		Interval: o.Refresh, MinRefetch: o.MinRefetch,
 	})
-	j.loops = append(j.loops, loop{"JWKS URL", func(ctx context.Context) error { src.Run(ctx); return nil }})
+	g.addSource("JWKS URL", src)
 	return src, nil
 }
 

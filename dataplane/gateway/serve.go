@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tollgate-dev/tollgate/dataplane/httpguard"
 	"github.com/tollgate-dev/tollgate/dataplane/rls"
@@ -31,45 +30,16 @@ type loop struct {
 // loops are the gateway's background tasks: watching files and ConfigMaps,
 // counting replicas, probing Redis while the breaker is open.
 func (g *Gateway) loops() []loop {
-	quiet := func(f func(context.Context)) func(context.Context) error {
-		return func(ctx context.Context) error { f(ctx); return nil }
-	}
 	ls := []loop{
 		{"replica counting", g.members.Run},
-		{"Redis probe", quiet(g.chain.Run)},
-		{"concurrency slot renewal", quiet(g.slots.Run)},
+		{"Redis probe", g.chain.Run},
+		{"concurrency slot renewal", g.slots.Run},
 	}
-	if g.routes != nil {
-		ls = append(ls, loop{"routes file", quiet(g.routes.Run)})
-	}
-	if g.rlsDomains != nil {
-		ls = append(ls, loop{"rate limit domains file", quiet(g.rlsDomains.Run)})
-	}
-	if g.keys != nil {
-		ls = append(ls, loop{"API keys file", quiet(g.keys.Run)})
-	}
-	if g.files != nil {
-		ls = append(ls, loop{"rules files", quiet(g.files.Run)})
-	}
-	if g.jwt != nil {
-		ls = append(ls, g.jwt.loops...)
-	}
-	if g.support.guard != nil {
-		ls = append(ls, loop{"admin token file", quiet(g.support.guard.Run)})
-	}
-	if g.cms != nil {
-		ls = append(ls, loop{"rule snapshot ConfigMaps", g.cms.Run})
-	}
-	if g.httpRoutes != nil {
-		ls = append(ls, loop{"HTTPRoute table ConfigMap", g.httpRoutes.Run})
-	}
-	if g.certs != nil {
-		wo := tlscerts.WatchOptions{Client: g.kube, Namespace: g.opts.SnapshotNamespace, Table: g.opts.RouteTable,
-			OnForeign: func(s *corev1.Secret, err error) { g.foreign.Refuse("tls", s, err) }}
-		ls = append(ls, loop{"TLS Secret", func(ctx context.Context) error { return g.certs.Watch(ctx, wo) }})
+	for _, s := range g.sources {
+		ls = append(ls, loop{s.name, s.Run})
 	}
 	if g.rls != nil {
-		ls = append(ls, loop{"gRPC health", quiet(g.followHealth)})
+		ls = append(ls, loop{"gRPC health", g.followHealth})
 	}
 	return ls
 }

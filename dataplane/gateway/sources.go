@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
@@ -25,17 +26,79 @@ import (
 // standalone rules) and, in a cluster, the snapshot ConfigMaps and the
 // replica Leases.
 
-// loadFiles loads routes, API keys, admin tokens and (standalone) rules.
-func (g *Gateway) loadFiles() error {
-	reloadErr := func(source string) func(error) {
-		// Exported at 0 from the start: a counter born at 1 shows no
-		// increase to Prometheus, and the first error would go unalerted.
-		errors := g.metrics.ReloadErrors.WithLabelValues(source)
-		return func(err error) {
-			errors.Inc()
-			g.log.Error(err, "reload refused; the last good version stays in use", "source", source)
-		}
+// Source is one of the gateway's configuration sources: a file (routes,
+// rate limit domains, API keys, rules, admin tokens, JWT keys), a ConfigMap
+// (the rule snapshot, the route table) or a Secret (certificates, JWT
+// keys). A source loads before the gateway serves, or reports that it has
+// not yet; Run follows its changes.
+type Source interface {
+	// Run follows the source until ctx ends. Bad versions are reported
+	// (a metric, a log line) and the last good one kept; an error ends
+	// the gateway.
+	Run(ctx context.Context) error
+	// Loaded reports whether the source holds what the gateway serves
+	// with; Ready waits until every source is Loaded. Sources that load
+	// when they are made, or that the gateway may serve without, are
+	// always Loaded.
+	Loaded() bool
+}
+
+// namedSource is a Source and its name in logs.
+type namedSource struct {
+	name string
+	Source
+}
+
+// addSource adds s to the sources Run follows.
+func (g *Gateway) addSource(name string, s Source) {
+	g.sources = append(g.sources, namedSource{name, s})
+}
+
+// reloadErr counts and logs a refused reload of source.
+func (g *Gateway) reloadErr(source string) func(error) {
+	// Exported at 0 from the start: a counter born at 1 shows no increase
+	// to Prometheus, and the first error would go unalerted.
+	errors := g.metrics.ReloadErrors.WithLabelValues(source)
+	return func(err error) {
+		errors.Inc()
+		g.log.Error(err, "reload refused; the last good version stays in use", "source", source)
 	}
+}
+
+// loadFiles loads routes, rate limit domains, API keys, admin tokens and
+// (standalone) rules.
+func (g *Gateway) loadFiles() error {
+	if err := g.loadRequestFiles(); err != nil {
+		return err
+	}
+	g.support = &support{}
+	var err error
+	if g.support.guard, err = g.loadAdminTokens(); err != nil {
+		return err
+	}
+	if g.support.guard != nil {
+		g.addSource("admin token file", g.support.guard)
+	}
+	g.store = rules.NewStore(g.opts.defaultRule())
+	if g.opts.RulesPath != "" {
+		files, err := rules.NewFileSource(g.opts.RulesPath, g.store, rules.FileOptions{
+			Interval:  g.opts.ReloadInterval,
+			OnReload:  g.rulesLoaded,
+			OnWarning: func(msg string) { g.log.Info("rules warning", "warning", msg) },
+			OnError:   g.reloadErr("rules"),
+		})
+		if err != nil {
+			return fmt.Errorf("--rules: %w", err)
+		}
+		g.addSource("rules files", files)
+	}
+	return nil
+}
+
+// loadRequestFiles loads the files requests are matched with: routes, rate
+// limit domains and API keys.
+func (g *Gateway) loadRequestFiles() error {
+	reloadErr := g.reloadErr
 	var err error
 	if g.opts.RoutesFile != "" {
 		g.routes, err = routes.NewWatcher(g.opts.RoutesFile, routes.WatcherOptions{
@@ -46,6 +109,7 @@ func (g *Gateway) loadFiles() error {
 		if err != nil {
 			return fmt.Errorf("--routes: %w", err)
 		}
+		g.addSource("routes file", g.routes)
 	}
 	if g.opts.RLSDomainsFile != "" {
 		g.rlsDomains, err = rls.NewDomainsWatcher(g.opts.RLSDomainsFile, rls.WatcherOptions{
@@ -56,6 +120,7 @@ func (g *Gateway) loadFiles() error {
 		if err != nil {
 			return fmt.Errorf("--rls-domains: %w", err)
 		}
+		g.addSource("rate limit domains file", g.rlsDomains)
 	}
 	if g.opts.APIKeysFile != "" {
 		g.keys, err = identity.NewMappedWatcher(g.opts.APIKeysFile, identity.WatcherOptions{
@@ -66,22 +131,7 @@ func (g *Gateway) loadFiles() error {
 		if err != nil {
 			return fmt.Errorf("--api-keys-file: %w", err)
 		}
-	}
-	g.support = &support{}
-	if g.support.guard, err = g.loadAdminTokens(); err != nil {
-		return err
-	}
-	g.store = rules.NewStore(g.opts.defaultRule())
-	if g.opts.RulesPath != "" {
-		g.files, err = rules.NewFileSource(g.opts.RulesPath, g.store, rules.FileOptions{
-			Interval:  g.opts.ReloadInterval,
-			OnReload:  g.rulesLoaded,
-			OnWarning: func(msg string) { g.log.Info("rules warning", "warning", msg) },
-			OnError:   reloadErr("rules"),
-		})
-		if err != nil {
-			return fmt.Errorf("--rules: %w", err)
-		}
+		g.addSource("API keys file", g.keys)
 	}
 	return nil
 }
@@ -111,29 +161,9 @@ func (g *Gateway) connectKubernetes() error {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	g.newForeignReporter()
-	g.cms = newConfigMapSource(g)
-	if g.opts.GatewayAPI && g.opts.TLSListen != "" {
-		tlsErrors := g.metrics.ReloadErrors.WithLabelValues("tls") // at 0 from the start
-		g.certs = tlscerts.NewStore(func(err error) {
-			tlsErrors.Inc()
-			g.log.Error(err, "HTTPS certificate problem")
-		})
-	}
+	g.addSource("rule snapshot ConfigMaps", newConfigMapSource(g))
 	if g.opts.GatewayAPI {
-		g.httpRoutes = httproutes.NewSource(g.kube, httproutes.SourceOptions{
-			Namespace: g.opts.SnapshotNamespace, Name: g.opts.RouteTable,
-			OnReload: func(t *httproutes.Table) {
-				if g.certs != nil {
-					g.certs.SetListeners(t.TLSListeners())
-				}
-				g.log.Info("HTTPRoute table loaded", "rules", t.Len(), "httpsListeners", len(t.TLSListeners()))
-			},
-			OnError: func(err error) {
-				g.metrics.ReloadErrors.WithLabelValues("httproutes").Inc()
-				g.log.Error(err, "HTTPRoute table problem; the last good table stays in use")
-			},
-			OnForeign: func(cm *corev1.ConfigMap, err error) { g.foreign.Refuse("httproutes", cm, err) },
-		})
+		g.watchGatewayAPI()
 	}
 	identity := g.opts.PodName
 	if identity == "" {
@@ -155,6 +185,39 @@ func (g *Gateway) connectKubernetes() error {
 	}
 	g.members = m
 	return nil
+}
+
+// watchGatewayAPI adds the sources of --gateway-api: the route table
+// ConfigMap and, with --tls-listen, the TLS Secret of its HTTPS listeners.
+func (g *Gateway) watchGatewayAPI() {
+	if g.opts.TLSListen != "" {
+		tlsErrors := g.metrics.ReloadErrors.WithLabelValues("tls") // at 0 from the start
+		g.certs = tlscerts.NewStore(func(err error) {
+			tlsErrors.Inc()
+			g.log.Error(err, "HTTPS certificate problem")
+		})
+	}
+	g.httpRoutes = httproutes.NewSource(g.kube, httproutes.SourceOptions{
+		Namespace: g.opts.SnapshotNamespace, Name: g.opts.RouteTable,
+		OnReload: func(t *httproutes.Table) {
+			if g.certs != nil {
+				g.certs.SetListeners(t.TLSListeners())
+			}
+			g.log.Info("HTTPRoute table loaded", "rules", t.Len(), "httpsListeners", len(t.TLSListeners()))
+		},
+		OnError: func(err error) {
+			g.metrics.ReloadErrors.WithLabelValues("httproutes").Inc()
+			g.log.Error(err, "HTTPRoute table problem; the last good table stays in use")
+		},
+		OnForeign: func(cm *corev1.ConfigMap, err error) { g.foreign.Refuse("httproutes", cm, err) },
+	})
+	g.addSource("HTTPRoute table ConfigMap", g.httpRoutes)
+	if g.certs != nil {
+		g.addSource("TLS Secret", certSource{g.certs, tlscerts.WatchOptions{
+			Client: g.kube, Namespace: g.opts.SnapshotNamespace, Table: g.opts.RouteTable,
+			OnForeign: func(s *corev1.Secret, err error) { g.foreign.Refuse("tls", s, err) },
+		}})
+	}
 }
 
 func newConfigMapSource(g *Gateway) *rules.ConfigMapSource {
@@ -183,3 +246,15 @@ func (g *Gateway) newForeignReporter() {
 		Log:      g.log.WithName("foreign"),
 	})
 }
+
+// certSource is the watch of the TLS Secret that fills the HTTPS port's
+// certificates. It is always Loaded: until the Secret is read, handshakes
+// fail and plain HTTP serves.
+type certSource struct {
+	store *tlscerts.Store
+	opts  tlscerts.WatchOptions
+}
+
+func (c certSource) Run(ctx context.Context) error { return c.store.Watch(ctx, c.opts) }
+
+func (certSource) Loaded() bool { return true }

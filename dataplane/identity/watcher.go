@@ -67,8 +67,9 @@ func (w *MappedWatcher) Tenant(key string) (string, error) {
 	return w.w.Current().Tenant(key)
 }
 
-// Run polls the file until ctx is done, starting with an immediate poll.
-// Callbacks run on Run's goroutine.
-func (w *MappedWatcher) Run(ctx context.Context) {
-	w.w.Run(ctx)
-}
+// Run polls the file until ctx is done, starting with an immediate poll,
+// and returns nil then. Callbacks run on Run's goroutine.
+func (w *MappedWatcher) Run(ctx context.Context) error { return w.w.Run(ctx) }
+
+// Loaded is true: NewMappedWatcher fails unless the file loads.
+func (w *MappedWatcher) Loaded() bool { return true }

@@ -105,8 +105,8 @@ func (s *URLSource) Refresh(ctx context.Context) *Keys {
 }
 
 // Run fetches at once and then every Interval until ctx ends; after a
-// failure it tries again after MinRefetch.
-func (s *URLSource) Run(ctx context.Context) {
+// failure it tries again after MinRefetch. It returns nil when ctx ends.
+func (s *URLSource) Run(ctx context.Context) error {
 	for {
 		s.mu.Lock()
 		now := s.opts.Clock()
@@ -121,11 +121,15 @@ func (s *URLSource) Run(ctx context.Context) {
 		s.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-time.After(wait):
 		}
 	}
 }
+
+// Loaded is true: the gateway serves before the first fetch answers (a
+// token then is refused as signed by an unknown key, and refetches).
+func (s *URLSource) Loaded() bool { return true }
 
 // fetchLocked fetches (discovering the URL first if need be) and swaps a
 // changed, valid set in; it reports success. The caller holds s.mu.

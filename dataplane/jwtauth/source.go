@@ -61,8 +61,11 @@ func (s *FileSource) Keys() *Keys { return s.w.Current() }
 // Refresh returns Keys: the file's changes arrive by polling.
 func (s *FileSource) Refresh(context.Context) *Keys { return s.w.Current() }
 
-// Run polls the file until ctx ends.
-func (s *FileSource) Run(ctx context.Context) { s.w.Run(ctx) }
+// Run polls the file until ctx ends, and returns nil then.
+func (s *FileSource) Run(ctx context.Context) error { return s.w.Run(ctx) }
+
+// Loaded is true: the source is made from a file that loads.
+func (s *FileSource) Loaded() bool { return true }
 
 // Poll reads the file once.
 func (s *FileSource) Poll() { s.w.Poll() }
@@ -91,6 +94,10 @@ func (s *SecretSource) Keys() *Keys { return s.cur.Load() }
 
 // Refresh returns Keys: the Secret's changes arrive through the watch.
 func (s *SecretSource) Refresh(context.Context) *Keys { return s.cur.Load() }
+
+// Loaded is true: the gateway serves before the Secret is read (a token
+// then is refused as signed by an unknown key).
+func (s *SecretSource) Loaded() bool { return true }
 
 // Run watches the Secret until ctx ends.
 func (s *SecretSource) Run(ctx context.Context) error {

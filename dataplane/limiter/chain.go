@@ -218,10 +218,11 @@ func (c *Chain) fallback(b Bucket, cost int64, local bool) Outcome {
 
 // Run probes Redis in the background while the breaker is open, until ctx
 // ends. It returns at once for a local-only chain.
-func (c *Chain) Run(ctx context.Context) {
+func (c *Chain) Run(ctx context.Context) error {
 	if c.breaker != nil {
 		c.breaker.Run(ctx)
 	}
+	return nil
 }
 
 // Close stops the batcher's workers. Safe to call more than once.

@@ -32,8 +32,9 @@ type Options struct {
 	// (routes.Table) or, in Gateway API mode, the controller's compiled
 	// HTTPRoutes (httproutes.Table). Called once per request.
 	Router func() routing.Router
-	// Decider decides for a tenant and route; with a limiter.Failover
-	// underneath it never returns errors.
+	// Decider decides for a tenant and route; over a limiter.Chain (which
+	// applies each rule's failure mode when Redis cannot decide) it never
+	// returns errors.
 	Decider Decider
 	// Identity turns an API key into a tenant id; used when Chain is nil.
 	Identity identity.Resolver
@@ -198,7 +199,8 @@ func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *up
 	}
 	d, err := h.opts.Decider.DecideRule(r.Context(), tenant, up.id, rule, cost)
 	if err != nil {
-		// Only a limiter without a Failover returns errors.
+		// Only a limiter without a failure mode (not a limiter.Chain)
+		// returns errors.
 		h.log.Error(err, "limiter failed", "route", up.id)
 		h.reply(w, up.id, http.StatusServiceUnavailable, "rate limiter unavailable")
 		return

@@ -53,8 +53,9 @@ type Charger interface {
 
 // Options configure a Server. Decider is required.
 type Options struct {
-	// Decider decides for a tenant and route; with a limiter.Failover
-	// underneath it never returns errors.
+	// Decider decides for a tenant and route; over a limiter.Chain (which
+	// applies each rule's failure mode when Redis cannot decide) it never
+	// returns errors.
 	Decider Decider
 	// Domains returns the current domain configuration; called once per
 	// request. nil, or a nil or empty result, maps every domain with the

@@ -100,6 +100,10 @@ func (s *ConfigMapSource) HasSynced() bool {
 	return s.synced.Load()
 }
 
+// Loaded reports whether the store holds a complete snapshot, from these
+// ConfigMaps or before them.
+func (s *ConfigMapSource) Loaded() bool { return s.store.Loaded() }
+
 // Run watches the snapshot's ConfigMaps until ctx is done. Callbacks run on
 // the informer's goroutine. Run fails if the options are incomplete or ctx
 // ends before the initial list is loaded. Call it once.

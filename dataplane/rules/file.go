@@ -101,8 +101,8 @@ func NewFileSource(path string, store *Store, opts FileOptions) (*FileSource, er
 
 // Run polls the rule path until ctx is done, starting with an immediate
 // poll, and drops each temporary rule when its spec.expiresAt comes.
-// Callbacks run on Run's goroutine.
-func (s *FileSource) Run(ctx context.Context) {
+// Callbacks run on Run's goroutine. It returns nil when ctx ends.
+func (s *FileSource) Run(ctx context.Context) error {
 	interval := s.opts.Interval
 	if interval <= 0 {
 		interval = time.Second
@@ -120,13 +120,16 @@ func (s *FileSource) Run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-tick.C:
 		case <-expiry:
 		}
 		timer.Stop()
 	}
 }
+
+// Loaded is true: NewFileSource fails unless the rules load.
+func (s *FileSource) Loaded() bool { return true }
 
 // poll reads the rule path once and applies or reports what it finds, then
 // drops the rules that have expired since the last compile.

@@ -132,20 +132,24 @@ func NewSource[T any](read func() (Content[T], error), opts Options[T]) (*Watche
 // Current returns the value in use; never nil, safe from any goroutine.
 func (w *Watcher[T]) Current() *T { return w.cur.Load() }
 
-// Run polls the source until ctx is done, starting with an immediate poll.
-// Callbacks run on Run's goroutine.
-func (w *Watcher[T]) Run(ctx context.Context) {
+// Run polls the source until ctx is done, starting with an immediate poll,
+// and returns nil then: a bad version is reported (OnError) and the last
+// good one kept, never an error of Run. Callbacks run on Run's goroutine.
+func (w *Watcher[T]) Run(ctx context.Context) error {
 	tick := time.NewTicker(w.opts.Interval)
 	defer tick.Stop()
 	for {
 		w.Poll()
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-tick.C:
 		}
 	}
 }
+
+// Loaded is true: New fails unless the first version loads.
+func (w *Watcher[T]) Loaded() bool { return true }
 
 // Poll reads the source once and applies or reports what it finds.
 func (w *Watcher[T]) Poll() {
