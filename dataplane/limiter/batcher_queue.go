@@ -152,6 +152,9 @@ type call struct {
 	reply replyInts
 	n     int
 	err   error
+	// retried: Redis answered TRYAGAIN, and the call is sent again apart
+	// (Batcher.retryTryAgain), which answers it.
+	retried bool
 }
 
 // group turns a batch into script calls, leaving out ops whose caller gave

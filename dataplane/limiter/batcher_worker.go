@@ -71,7 +71,18 @@ func (w *worker) send(batch []*op) {
 	// caches it for the next EVALSHA. A NOSCRIPT call did not run, so
 	// nothing counts twice; calls that ran are not sent again.
 	w.exec(calls, passNoScript, deadline)
-	w.retryTryAgain(calls, sent.Add(bt.opts.MaxWait), deadline)
+	if anyTryAgain(calls) {
+		// Sent again apart, so that this worker goes on with the next
+		// pipeline: a migration must not stall every other bucket's calls.
+		now := time.Now()
+		for i := range calls {
+			if calls[i].retried = isTryAgain(calls[i].err); !calls[i].retried {
+				bt.answer(&calls[i], now)
+			}
+		}
+		go bt.retryTryAgain(calls, sent.Add(bt.opts.MaxWait), deadline, &finished)
+		return
+	}
 	finished.Store(true)
 	now := time.Now()
 	for i := range calls {
@@ -79,22 +90,32 @@ func (w *worker) send(batch []*op) {
 	}
 }
 
-// retryTryAgain sends again the calls a slot in migration answered
-// TRYAGAIN (Redis refuses a call of several keys there, before running it,
-// unless all of them exist: the bucket's hash with its 0.1 key or a
-// quota's counters), after a pause that doubles from 1ms to 10ms, until
-// they run or until their callers stop waiting (by until); a new owner of
-// the slot may lack the script, so each round has its NOSCRIPT pass too.
-// Such a call did not run: sending it again counts nothing twice. One
-// still refused at the end fails with its TRYAGAIN.
-func (w *worker) retryTryAgain(calls []call, until, deadline time.Time) {
+// retryTryAgain sends again, on a goroutine of its own, the calls a slot
+// in migration answered TRYAGAIN (Redis refuses a call of several keys
+// there, before running it, unless all of them exist: the bucket's hash
+// with its 0.1 key or a quota's counters), after a pause that doubles from
+// 1ms to 10ms, until they run or until their callers stop waiting (by
+// until); a new owner of the slot may lack the script, so each round has
+// its NOSCRIPT pass too. Such a call did not run: sending it again counts
+// nothing twice. It then answers them (one still refused fails with its
+// TRYAGAIN) and marks the batch finished for the watchdog. The other
+// calls of the batch were answered already.
+func (bt *Batcher) retryTryAgain(calls []call, until, deadline time.Time, finished *atomic.Bool) {
+	w := &worker{bt: bt} // go-redis's pool: only a Cluster answers TRYAGAIN
 	for wait := time.Millisecond; anyTryAgain(calls); wait = min(2*wait, 10*time.Millisecond) {
 		if time.Now().Add(wait).After(until) {
-			return
+			break
 		}
 		time.Sleep(wait)
 		w.exec(calls, passTryAgain, deadline)
 		w.exec(calls, passNoScript, deadline)
+	}
+	finished.Store(true)
+	now := time.Now()
+	for i := range calls {
+		if calls[i].retried {
+			bt.answer(&calls[i], now)
+		}
 	}
 }
 
