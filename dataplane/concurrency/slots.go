@@ -113,7 +113,12 @@ type Slots struct {
 	id   string
 	seq  atomic.Uint64
 
-	clock redisClock
+	// clock estimates Redis's clock from the "now" of script replies, so
+	// a call carries its caller's deadline in Redis time, without the
+	// token bucket's slack: a deadline it computes is never later than
+	// the caller's, so a call that ran within it ran before the caller
+	// gave up, and so before the release the caller sends then.
+	clock redistime.Clock
 
 	mu    sync.Mutex
 	held  map[string]*heldKey // Redis slots of this gateway, by key
@@ -185,12 +190,12 @@ func (s *Slots) Acquire(ctx context.Context, l Limit) (*Slot, Outcome) {
 	defer cancel()
 	// Held before the call, so a renewal due meanwhile covers it.
 	s.track(l, member)
-	vals, err := script.Run(call, s.opts.Client, []string{l.Key}, "acquire", member, l.Max, l.Lease.Milliseconds(), s.clock.deadline(call)).Int64Slice()
+	vals, err := script.Run(call, s.opts.Client, []string{l.Key}, "acquire", member, l.Max, l.Lease.Milliseconds(), s.clock.Deadline(call, 0)).Int64Slice()
 	if err == nil && len(vals) < 3 {
 		err = errors.New("concurrency.lua: short reply")
 	}
 	if err == nil {
-		s.clock.observe(vals[2], time.Now())
+		s.clock.Observe(vals[2], time.Now())
 		if vals[0] < 0 {
 			err = context.DeadlineExceeded // ran too late: took nothing
 		}
@@ -320,26 +325,4 @@ func (s *Slots) releaseRedis(key, member string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
 	defer cancel()
 	_ = script.Run(ctx, s.opts.Client, []string{key}, "release", member).Err()
-}
-
-// redisClock estimates Redis's clock from the "now" of script replies (see
-// package redistime), so a call can carry its caller's deadline in Redis
-// time. The estimate is never later than Redis's real clock, and unlike
-// the token bucket's (package limiter) it adds no slack, so a deadline it
-// computes is never later than the caller's: a call that ran within it ran
-// before the caller gave up, and so before the release the caller sends
-// then.
-type redisClock struct{ redistime.Clock }
-
-func (c *redisClock) observe(redisMs int64, local time.Time) { c.Observe(redisMs, local) }
-
-// deadline is ctx's deadline in Redis time (ms); 0 when there is none or
-// Redis's clock is not known yet.
-func (c *redisClock) deadline(ctx context.Context) int64 {
-	d, ok := ctx.Deadline()
-	if !ok {
-		return 0
-	}
-	ms, _ := c.At(d)
-	return ms
 }

@@ -326,7 +326,7 @@ func TestSlowReplyKeepsDeadlines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.clock.observe(now.UnixMilli(), time.Now().Add(800*time.Millisecond))
+	s.clock.Observe(now.UnixMilli(), time.Now().Add(800*time.Millisecond))
 	slot, out := s.Acquire(context.Background(), l)
 	if !out.Allowed {
 		t.Fatalf("acquire after a slow reply: %+v, want allowed", out)

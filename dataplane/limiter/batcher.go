@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/internal/lib/redistime"
 )
 
 // Batcher is the Taker the gateway sends its Redis calls through:
@@ -51,7 +53,7 @@ type Batcher struct {
 	direct *directOptions
 	queue  chan *op
 	opts   BatcherOptions
-	clock  redisClock
+	clock  redistime.Clock
 	// conns are the open connections to Redis (*heardConn keys).
 	conns sync.Map
 	// nodes maps a node's address ("" for a single server) to its

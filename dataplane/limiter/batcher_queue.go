@@ -67,7 +67,7 @@ func (bt *Batcher) Take(ctx context.Context, b Bucket, cost, want int64) (TakeRe
 		deadline, ok = bt.await(o), true
 	}
 	if ok {
-		o.deadlineMs = bt.clock.deadlineAt(deadline)
+		o.deadlineMs = bt.clock.DeadlineAt(deadline, deadlineSlackMs)
 	}
 	select {
 	case bt.queue <- o:
@@ -206,7 +206,7 @@ func (bt *Batcher) answer(c *call, now time.Time) {
 	res.countIn(&c.ops[0].b, redisNow)
 	if redisNow > 0 {
 		bt.heard(c.ops[0].b.node)
-		bt.clock.observe(redisNow, now)
+		bt.clock.Observe(redisNow, now)
 	} else if err != nil && !isNetworkError(c.err) {
 		bt.heard(c.ops[0].b.node) // a Redis error reply is a sign of life too
 	}

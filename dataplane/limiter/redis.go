@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/internal/lib/redistime"
 )
 
 // Redis takes tokens with one script call per Take, sent from the caller's
@@ -15,7 +17,7 @@ import (
 // while bounding how long a call may wait for Redis.
 type Redis struct {
 	client Client
-	clock  redisClock
+	clock  redistime.Clock
 	calls  atomic.Int64
 	// Layout is how buckets are stored (default LayoutPacked).
 	Layout Layout
@@ -41,12 +43,12 @@ func (l *Redis) Stats() (roundTrips, commands, decisions int64) {
 // Take implements Taker.
 func (l *Redis) Take(ctx context.Context, b Bucket, cost, want int64) (TakeResult, error) {
 	l.calls.Add(1)
-	keys, args := ScriptCall(&b, cost, want, l.clock.deadline(ctx), l.Layout)
+	keys, args := ScriptCall(&b, cost, want, l.clock.Deadline(ctx, deadlineSlackMs), l.Layout)
 	cmd := tokenBucket.Run(ctx, l.client, keys, args...)
 	res, now, err := parseReply(cmd)
 	res.countIn(&b, now)
 	if now > 0 {
-		l.clock.observe(now, time.Now())
+		l.clock.Observe(now, time.Now())
 	}
 	if errors.Is(err, errExpired) {
 		return TakeResult{}, context.DeadlineExceeded

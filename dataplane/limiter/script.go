@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-dev/tollgate/internal/lib/redistime"
 	"github.com/tollgate-dev/tollgate/lua"
 )
 
@@ -292,33 +290,10 @@ func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
-// redisClock estimates Redis's clock from the time each reply carries (see
-// package redistime), so that a caller's deadline can be sent in Redis
-// time. The estimate never runs ahead of Redis's clock: a deadline errs
+// deadlineSlackMs is added to a deadline sent in Redis time. Redis's clock
+// is estimated from the time each reply carries (internal/lib/redistime),
+// and the estimate never runs ahead of Redis's clock: a deadline errs
 // early, if anything, and a call that misses it takes nothing (fewer
-// admissions, never more).
-type redisClock struct{ redistime.Clock }
-
-// observe records Redis's time redisMs seen in a reply received at recv.
-func (c *redisClock) observe(redisMs int64, recv time.Time) { c.Observe(redisMs, recv) }
-
-// deadline is ctx's deadline in Redis milliseconds (with slack for the
-// estimate), or 0 when either is unknown.
-func (c *redisClock) deadline(ctx context.Context) int64 {
-	d, ok := ctx.Deadline()
-	if !ok {
-		return 0
-	}
-	return c.deadlineAt(d)
-}
-
-// deadlineAt is d in Redis milliseconds (with slack for the estimate), or 0
-// when the offset is unknown.
-func (c *redisClock) deadlineAt(d time.Time) int64 {
-	ms, ok := c.At(d)
-	if !ok {
-		return 0
-	}
-	const slackMs = 2
-	return ms + slackMs
-}
+// admissions, never more); the slack covers the estimate's millisecond
+// rounding.
+const deadlineSlackMs = 2

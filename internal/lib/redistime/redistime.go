@@ -14,6 +14,7 @@
 package redistime
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,4 +74,25 @@ func (c *Clock) At(t time.Time) (ms int64, ok bool) {
 		return 0, false
 	}
 	return t.UnixMilli() + off, true
+}
+
+// Deadline is ctx's deadline in Redis milliseconds plus slackMs, or 0 when
+// ctx has none or Redis's clock is not known yet (a call without a
+// deadline in Redis time).
+func (c *Clock) Deadline(ctx context.Context, slackMs int64) int64 {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return 0
+	}
+	return c.DeadlineAt(d, slackMs)
+}
+
+// DeadlineAt is the local time d in Redis milliseconds plus slackMs, or 0
+// before the first Observe.
+func (c *Clock) DeadlineAt(d time.Time, slackMs int64) int64 {
+	ms, ok := c.At(d)
+	if !ok {
+		return 0
+	}
+	return ms + slackMs
 }

@@ -1,6 +1,7 @@
 package redistime
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -43,5 +44,27 @@ func TestClock(t *testing.T) {
 				t.Errorf("At: %d, want %d", at, base.UnixMilli()+tc.want)
 			}
 		})
+	}
+}
+
+// TestDeadline: a context's deadline in Redis time, with the slack, and 0
+// without a deadline or before Redis's clock is known.
+func TestDeadline(t *testing.T) {
+	var c Clock
+	now := time.UnixMilli(1_000_000)
+	ctx, cancel := context.WithDeadline(context.Background(), now.Add(50*time.Millisecond))
+	defer cancel()
+	if got := c.Deadline(ctx, 2); got != 0 {
+		t.Errorf("before any reply: %d, want 0", got)
+	}
+	c.Observe(5_000_000, now) // Redis is 4,000,000 ms ahead
+	if got := c.Deadline(ctx, 2); got != 5_000_052 {
+		t.Errorf("Deadline = %d, want 5000052", got)
+	}
+	if got := c.Deadline(context.Background(), 2); got != 0 {
+		t.Errorf("no deadline: %d, want 0", got)
+	}
+	if got := c.DeadlineAt(now, 0); got != 5_000_000 {
+		t.Errorf("DeadlineAt(now, 0) = %d, want 5000000", got)
 	}
 }
