@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/tollgate-dev/tollgate/internal/lib/kubewatch"
 	"github.com/tollgate-dev/tollgate/pkg/routetable"
@@ -66,19 +66,7 @@ func (s *Source) Run(ctx context.Context) error {
 	factory := kubewatch.OneObject(s.client, s.opts.Namespace, s.opts.Name)
 	inf := factory.Core().V1().ConfigMaps().Informer()
 	what := fmt.Sprintf("route table ConfigMap %s/%s", s.opts.Namespace, s.opts.Name)
-	if err := inf.SetWatchErrorHandlerWithContext(kubewatch.ErrorHandler(what, s.report)); err != nil {
-		return err
-	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    s.upsert,
-		UpdateFunc: func(_, obj any) { s.upsert(obj) },
-	}); err != nil {
-		return err
-	}
-	factory.StartWithContext(ctx)
-	defer factory.Shutdown()
-	<-ctx.Done()
-	return nil
+	return kubewatch.Run(ctx, factory, inf, what, s.report, kubewatch.Handlers{Load: func(o metav1.Object) { s.upsert(o) }})
 }
 
 func (s *Source) upsert(obj any) {

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/tollgate-dev/tollgate/internal/lib/filewatch"
 	"github.com/tollgate-dev/tollgate/internal/lib/kubewatch"
@@ -104,30 +104,15 @@ func (s *SecretSource) Run(ctx context.Context) error {
 	factory := kubewatch.OneObject(s.client, s.namespace, s.name)
 	inf := factory.Core().V1().Secrets().Informer()
 	what := fmt.Sprintf("JWKS Secret %s/%s", s.namespace, s.name)
-	if err := inf.SetWatchErrorHandlerWithContext(kubewatch.ErrorHandler(what, s.opts.OnError)); err != nil {
-		return err
-	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { s.load(obj) },
-		UpdateFunc: func(old, obj any) {
-			// Periodic resyncs repeat the same version: nothing to load.
-			if o, ok := old.(*corev1.Secret); !ok || o.ResourceVersion != obj.(*corev1.Secret).ResourceVersion {
-				s.load(obj)
-			}
-		},
-		DeleteFunc: func(any) {
+	return kubewatch.Run(ctx, factory, inf, what, s.opts.OnError, kubewatch.Handlers{
+		Load: func(o metav1.Object) { s.load(o) },
+		Deleted: func() {
 			s.opts.failed(fmt.Errorf("%s was deleted; its last keys stay in force", what))
 		},
-	}); err != nil {
-		return err
-	}
-	factory.StartWithContext(ctx)
-	defer factory.Shutdown()
-	if toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) && len(inf.GetStore().List()) == 0 {
-		s.opts.failed(fmt.Errorf("%s not found; tokens are refused until it holds a JWKS", what))
-	}
-	<-ctx.Done()
-	return nil
+		Missing: func() {
+			s.opts.failed(fmt.Errorf("%s not found; tokens are refused until it holds a JWKS", what))
+		},
+	})
 }
 
 // load parses the Secret's JWKS and swaps it in when it changed.

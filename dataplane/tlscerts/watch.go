@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/tollgate-dev/tollgate/internal/lib/kubewatch"
 	"github.com/tollgate-dev/tollgate/pkg/routetable"
@@ -35,29 +35,13 @@ func (s *Store) Watch(ctx context.Context, o WatchOptions) error {
 	name := routetable.TLSSecretName(o.Table)
 	factory := kubewatch.OneObject(o.Client, o.Namespace, name)
 	inf := factory.Core().V1().Secrets().Informer()
-	if err := inf.SetWatchErrorHandlerWithContext(kubewatch.ErrorHandler(fmt.Sprintf("TLS Secret %s/%s", o.Namespace, name), s.report)); err != nil {
-		return err
-	}
-	upsert := func(obj any) {
-		if sec, ok := obj.(*corev1.Secret); ok {
-			s.load(sec, o)
-		}
-	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: upsert,
-		UpdateFunc: func(old, obj any) {
-			// Periodic resyncs repeat the same version: nothing to load.
-			if o, ok := old.(*corev1.Secret); !ok || o.ResourceVersion != obj.(*corev1.Secret).ResourceVersion {
-				upsert(obj)
+	return kubewatch.Run(ctx, factory, inf, fmt.Sprintf("TLS Secret %s/%s", o.Namespace, name), s.report, kubewatch.Handlers{
+		Load: func(obj metav1.Object) {
+			if sec, ok := obj.(*corev1.Secret); ok {
+				s.load(sec, o)
 			}
 		},
-	}); err != nil {
-		return err
-	}
-	factory.StartWithContext(ctx)
-	defer factory.Shutdown()
-	<-ctx.Done()
-	return nil
+	})
 }
 
 // load takes the Secret's certificates if the Secret is the controller's.

@@ -52,3 +52,51 @@ func ErrorHandler(what string, report func(error)) cache.WatchErrorHandlerWithCo
 		report(fmt.Errorf("watching %s: %w", what, err))
 	}
 }
+
+// Handlers are what a watch of one object (Run) does with it.
+type Handlers struct {
+	// Load gets the object when it is first seen and at each new version
+	// (a periodic resync of the same resourceVersion is left out).
+	Load func(obj metav1.Object)
+	// Deleted, if set, is called when the object is deleted.
+	Deleted func()
+	// Missing, if set, is called once when the first list holds no object.
+	Missing func()
+}
+
+// Run watches the object of inf, an informer of factory (OneObject), until
+// ctx ends: its errors go to report as ErrorHandler says, its versions to
+// h. It returns nil when ctx ends.
+func Run(ctx context.Context, factory informers.SharedInformerFactory, inf cache.SharedIndexInformer, what string, report func(error), h Handlers) error {
+	if err := inf.SetWatchErrorHandlerWithContext(ErrorHandler(what, report)); err != nil {
+		return err
+	}
+	load := func(obj any) {
+		if o, ok := obj.(metav1.Object); ok {
+			h.Load(o)
+		}
+	}
+	fs := cache.ResourceEventHandlerFuncs{
+		AddFunc: load,
+		UpdateFunc: func(old, obj any) {
+			o, okOld := old.(metav1.Object)
+			n, okNew := obj.(metav1.Object)
+			if !okOld || !okNew || o.GetResourceVersion() != n.GetResourceVersion() {
+				load(obj)
+			}
+		},
+	}
+	if h.Deleted != nil {
+		fs.DeleteFunc = func(any) { h.Deleted() }
+	}
+	if _, err := inf.AddEventHandler(fs); err != nil {
+		return err
+	}
+	factory.StartWithContext(ctx)
+	defer factory.Shutdown()
+	if h.Missing != nil && cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) && len(inf.GetStore().List()) == 0 {
+		h.Missing()
+	}
+	<-ctx.Done()
+	return nil
+}
