@@ -77,13 +77,11 @@ func (h *harness) soOperations(ctx context.Context) (*SOOps, error) {
 	load := newSOLoad(p.ScaleOutRate, p.ScaleOutDur+time.Minute)
 	running, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
+	load.start = time.Now() // before the goroutine: soRunOps reads it
 	go func() {
 		defer close(done)
 		load.run(ctx, running, gws.engines, p.ScaleOutRate, newSOMix(h.cfg.seed, p.ScaleOutTenants).pick)
 	}()
-	for load.start.IsZero() {
-		time.Sleep(time.Millisecond)
-	}
 	steps, tenants, opErr := h.soRunOps(ctx, c, load)
 	_ = sleep(ctx, time.Second)
 	stop()

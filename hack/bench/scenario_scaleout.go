@@ -215,9 +215,13 @@ func (m *soMix) pick() (int, string) {
 
 // run offers rate decisions/s over the engines until running ends, each
 // decision in its own goroutine (open loop), at most 256 at once per
-// engine. A load without records (newSOLoad's) only counts.
+// engine. A load without records (newSOLoad's) only counts. Its start is
+// now unless the caller set it (before starting run's goroutine, when
+// another goroutine reads it).
 func (l *soLoad) run(ctx, running context.Context, engines []*decision.Engine, rate int, pick picker) {
-	l.start = time.Now()
+	if l.start.IsZero() {
+		l.start = time.Now()
+	}
 	var wg sync.WaitGroup
 	per := float64(rate) / float64(len(engines))
 	for _, e := range engines {
