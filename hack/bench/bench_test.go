@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,11 +43,20 @@ func TestQuickRunProducesReport(t *testing.T) {
 	defer cancel()
 	t.Cleanup(func() { runCleanups(); killAll() })
 	if err := run(ctx, cfg); err != nil {
-		t.Fatalf("quick run: %v\nreport:\n%s", err, readFile(filepath.Join(out, "report.md")))
+		// The report keeps the first lines of each error; the log tail
+		// that says why a process exited is at the end, so it is printed
+		// here whole.
+		var whole strings.Builder
+		if res, jerr := readResults(out); jerr == nil {
+			for name, e := range res.Errors {
+				fmt.Fprintf(&whole, "\n%s:\n%s\n", name, e)
+			}
+		}
+		t.Fatalf("quick run: %v\nreport:\n%s\nerrors in full:%s", err, readFile(filepath.Join(out, "report.md")), whole.String())
 	}
 
-	var res Results
-	if err := json.Unmarshal([]byte(readFile(filepath.Join(out, "results.json"))), &res); err != nil {
+	res, err := readResults(out)
+	if err != nil {
 		t.Fatalf("results.json: %v", err)
 	}
 	if res.Meta.Mode != "quick" || len(res.Errors) > 0 {
@@ -274,4 +284,11 @@ func TestRLSGatewayThatFailsToStartIsAnError(t *testing.T) {
 	if _, err := h.rlsGateway(t.Context(), limiterMode{name: "batched"}); err == nil {
 		t.Fatal("started a gateway without redis-server")
 	}
+}
+
+// readResults reads the run's results.json from out.
+func readResults(out string) (*Results, error) {
+	var res Results
+	err := json.Unmarshal([]byte(readFile(filepath.Join(out, "results.json"))), &res)
+	return &res, err
 }

@@ -62,6 +62,21 @@ func (h *harness) startGateway(ctx context.Context, s gatewaySpec) (*gatewayProc
 	if err := os.WriteFile(routes, []byte(fmt.Sprintf(routesYAML, upstream)), 0o644); err != nil {
 		return nil, err
 	}
+	// The ports were free a moment ago; another process of the run (or a
+	// test package next to it) may take one before the gateway binds it,
+	// so a gateway that exits on a taken port is started again on new ones.
+	for attempt := 1; ; attempt++ {
+		g, err := h.startGatewayOnce(ctx, s, dir, routes)
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return g, err
+		}
+		h.logf("%s: a port was taken before the gateway bound it; starting it again on new ports", s.name)
+	}
+}
+
+// startGatewayOnce starts the gateway on two ports free a moment ago and
+// waits until it is ready.
+func (h *harness) startGatewayOnce(ctx context.Context, s gatewaySpec, dir, routes string) (*gatewayProc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
