@@ -18,6 +18,8 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.regions) || !has(self.concurrency) || self.regions.all(r, self.concurrency.maxInFlight * r.percent >= 100)",message="spec.regions: every region's share of spec.concurrency.maxInFlight (maxInFlight x percent / 100) must be at least one request"
 // +kubebuilder:validation:XValidation:rule="(has(self.refill) ? (!has(self.refill.tokens) || !has(self.refill.period) || self.refill.tokens < 1) : (!has(self.refillPerSecond) || self.refillPerSecond < 1)) || (self.capacity + (has(self.cost) && has(self.cost.response) ? (has(self.cost.response.maxDebt) ? self.cost.response.maxDebt : self.capacity) : 0)) * (has(self.refill) ? duration(self.refill.period).getSeconds() : 1) / (has(self.refill) ? self.refill.tokens : self.refillPerSecond) <= 9007199254740",message="spec.capacity (plus spec.cost.response.maxDebt) must refill within 2^53 milliseconds (about 285,000 years): (capacity + maxDebt) x refill period / refill tokens must be at most 9007199254740 seconds"
 // +kubebuilder:validation:XValidation:rule="!has(self.match) || self.tenant == '*'",message="spec.match needs tenant \"*\": a rule that matches claims applies to every tenant whose token carries them (a tenant's own rule already wins over it)"
+// +kubebuilder:validation:XValidation:rule="!has(self.by) || !has(self.shared) || !self.shared",message="spec.shared makes one bucket for every request the rule matches: it cannot be combined with spec.by"
+// +kubebuilder:validation:XValidation:rule="!(has(self.by) || (has(self.shared) && self.shared)) || (!has(self.concurrency) && (!has(self.cost) || !has(self.cost.response)))",message="spec.by and spec.shared cannot be combined with spec.concurrency or spec.cost.response, which limit per tenant and route"
 type RateLimitRuleSpec struct {
 	// tenant is the client this rule limits: the tenant id the gateway
 	// derives from the X-Api-Key header or from a verified token's tenant
@@ -48,6 +50,30 @@ type RateLimitRuleSpec struct {
 	// one of route and targetRef.
 	// +optional
 	TargetRef *TargetRef `json:"targetRef,omitempty"`
+
+	// by lists what a bucket of this rule is keyed by, in order: tenant,
+	// route, clientAddress, header, method, path and claim. Without it a
+	// bucket is one tenant on one route ([{tenant: {}}, {route: {}}]).
+	// Rules keyed alike form a kind; for a request the gateway finds the
+	// rule in force of every kind (by the tenant and route precedence
+	// within each kind) and the request must pass all of them: by:
+	// [{tenant: {}}] with route "*" is a tenant's budget across its
+	// routes on top of its per-route limits, by: [{clientAddress: {}}]
+	// on route login limits each address, also of anonymous requests.
+	// Without route in by, a rule's bucket is shared by every route it
+	// matches. 1 to 8 items, each part at most once.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, (has(a.tenant) && has(b.tenant)) || (has(a.route) && has(b.route)) || (has(a.clientAddress) && has(b.clientAddress)) || (has(a.method) && has(b.method)) || (has(a.path) && has(b.path)) || (has(a.header) && has(b.header) && a.header.name.lowerAscii() == b.header.name.lowerAscii()) || (has(a.claim) && has(b.claim) && a.claim.path == b.claim.path)))",message="spec.by: each part appears at most once"
+	// +optional
+	By []KeyPart `json:"by,omitempty"`
+
+	// shared makes one bucket for every request the rule matches, all
+	// callers and all routes: a ceiling for the whole gateway fleet on an
+	// expensive route (tenant "*", route export). It applies on top of
+	// every other limit, also to anonymous requests. Not with by.
+	// +optional
+	Shared bool `json:"shared,omitempty"`
 
 	// capacity is the bucket size: the largest burst admitted at once, and the
 	// number of tokens a new or long-idle bucket starts with. 1 to 1000000000.
@@ -257,20 +283,23 @@ type Concurrency struct {
 	LeaseSeconds int32 `json:"leaseSeconds,omitempty"`
 }
 
-// TargetRef names an HTTPRoute, or one named rule of it, in the
-// RateLimitRule's namespace.
+// TargetRef names a Gateway (or one listener of it) or an HTTPRoute (or
+// one named rule of it) in the RateLimitRule's namespace.
 type TargetRef struct {
 	// group must be gateway.networking.k8s.io.
 	// +kubebuilder:validation:Enum=gateway.networking.k8s.io
 	// +required
 	Group string `json:"group"`
 
-	// kind must be HTTPRoute.
-	// +kubebuilder:validation:Enum=HTTPRoute
+	// kind is HTTPRoute or Gateway. A rule on a Gateway applies to every
+	// HTTPRoute rule the Gateway serves (or, with sectionName, the one
+	// listener serves); a rule on an HTTPRoute of the same kind (spec.by)
+	// wins over it for the routes both target.
+	// +kubebuilder:validation:Enum=HTTPRoute;Gateway
 	// +required
 	Kind string `json:"kind"`
 
-	// name is the HTTPRoute's name.
+	// name is the HTTPRoute's or Gateway's name.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
@@ -278,9 +307,10 @@ type TargetRef struct {
 	Name string `json:"name"`
 
 	// sectionName, when set, is the name of one rule of the HTTPRoute
-	// (spec.rules[].name); the limit then applies to that rule only, and
-	// takes precedence over a rule for the same tenant that targets the
-	// whole HTTPRoute.
+	// (spec.rules[].name), or of one listener of the Gateway
+	// (spec.listeners[].name); the limit then applies to that rule (or
+	// the routes attached to that listener) only, and takes precedence
+	// over a rule for the same tenant that targets the whole HTTPRoute.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
@@ -421,9 +451,11 @@ type RateLimitRuleStatus struct {
 	// +optional
 	PublishedVersion int64 `json:"publishedVersion,omitempty"`
 
-	// conditions: Accepted (the rule is valid and wins its tenant+route; with
-	// targetRef, reason TargetNotFound while the HTTPRoute or its named rule
-	// does not exist; reason Expired once spec.expiresAt has passed,
+	// conditions: Accepted (the rule is valid and wins its tenant+route
+	// among rules of its kind, spec.by; with targetRef, reason
+	// TargetNotFound while the HTTPRoute or Gateway, or its named rule or
+	// listener, does not exist, reason Conflict when another rule of the
+	// same kind on the same target wins; reason Expired once spec.expiresAt has passed,
 	// ExpiryInPast when it had already passed at creation),
 	// Programmed (the rule is in the published snapshot) and Ready (both).
 	// +listType=map

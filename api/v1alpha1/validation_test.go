@@ -70,6 +70,24 @@ func matchClaims(claims map[string]any) func(*unstructured.Unstructured) {
 	return set("spec.match", map[string]any{"claims": claims})
 }
 
+// setBy sets spec.by to items.
+func setBy(items ...map[string]any) func(*unstructured.Unstructured) {
+	list := make([]any, len(items))
+	for i, it := range items {
+		list[i] = it
+	}
+	return set("spec.by", list)
+}
+
+// nineParts are nine distinct key parts, one more than spec.by holds.
+func nineParts() []map[string]any {
+	out := []map[string]any{{"tenant": map[string]any{}}, {"route": map[string]any{}}, {"method": map[string]any{}}}
+	for _, h := range []string{"X-A", "X-B", "X-C", "X-D", "X-E", "X-F"} {
+		out = append(out, map[string]any{"header": map[string]any{"name": h}})
+	}
+	return out
+}
+
 func set(path string, v any) func(*unstructured.Unstructured) {
 	return func(u *unstructured.Unstructured) {
 		Expect(unstructured.SetNestedField(u.Object, v, strings.Split(path, ".")...)).To(Succeed())
@@ -128,6 +146,24 @@ var _ = Describe("RateLimitRule schema", func() {
 			"spec.targetRef", "exactly one of spec.route and spec.targetRef must be set"),
 		Entry("targetRef of another group", both(unset("spec.route"), set("spec.targetRef", map[string]any{"group": "example.com", "kind": "HTTPRoute", "name": "orders"})),
 			"spec.targetRef.group", "Unsupported value"),
+		Entry("by item with no part", setBy(map[string]any{}), "spec.by[0]", "each item sets exactly one of"),
+		Entry("by item with two parts", setBy(map[string]any{"tenant": map[string]any{}, "method": map[string]any{}}), "spec.by[0]", "each item sets exactly one of"),
+		Entry("by with a part twice", setBy(map[string]any{"tenant": map[string]any{}}, map[string]any{"tenant": map[string]any{}}), "spec.by", "each part appears at most once"),
+		Entry("by with a header twice", setBy(map[string]any{"header": map[string]any{"name": "X-A"}}, map[string]any{"header": map[string]any{"name": "x-a"}}), "spec.by", "each part appears at most once"),
+		Entry("by empty", set("spec.by", []any{}), "spec.by", "at least 1 items"),
+		Entry("by with 9 items", setBy(nineParts()...), "spec.by", "must have at most 8 items"),
+		Entry("an IPv4 prefix too short", setBy(map[string]any{"clientAddress": map[string]any{"ipv4Prefix": int64(7)}}), "spec.by[0].clientAddress.ipv4Prefix", "greater than or equal to 8"),
+		Entry("an IPv6 prefix too long", setBy(map[string]any{"clientAddress": map[string]any{"ipv6Prefix": int64(129)}}), "spec.by[0].clientAddress.ipv6Prefix", "less than or equal to 128"),
+		Entry("a header key without name", setBy(map[string]any{"header": map[string]any{}}), "spec.by[0].header.name", "Required value"),
+		Entry("a header key with a bad name", setBy(map[string]any{"header": map[string]any{"name": "X Client"}}), "spec.by[0].header.name", "should match"),
+		Entry("the API key header as a key", setBy(map[string]any{"header": map[string]any{"name": "X-API-Key"}}), "spec.by[0].header.name", "a credential header"),
+		Entry("path segments 0", setBy(map[string]any{"path": map[string]any{"segments": int64(0)}}), "spec.by[0].path.segments", "greater than or equal to 1"),
+		Entry("path segments 17", setBy(map[string]any{"path": map[string]any{"segments": int64(17)}}), "spec.by[0].path.segments", "less than or equal to 16"),
+		Entry("a claim key with a bad path", setBy(map[string]any{"claim": map[string]any{"path": "org..id"}}), "spec.by[0].claim.path", "names separated by single dots"),
+		Entry("shared and by", both(set("spec.shared", true), setBy(map[string]any{"tenant": map[string]any{}})), "spec", "spec.shared makes one bucket"),
+		Entry("by and concurrency", both(setBy(map[string]any{"tenant": map[string]any{}}), set("spec.concurrency", map[string]any{"maxInFlight": int64(2)})), "spec", "cannot be combined with spec.concurrency"),
+		Entry("targetRef of another kind", both(unset("spec.route"), set("spec.targetRef", map[string]any{"group": "gateway.networking.k8s.io", "kind": "Service", "name": "orders"})),
+			"spec.targetRef.kind", "Unsupported value"),
 		Entry("targetRef without name", both(unset("spec.route"), set("spec.targetRef", map[string]any{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"})),
 			"spec.targetRef.name", "Required value"),
 		Entry("targetRef with a bad sectionName", both(unset("spec.route"), set("spec.targetRef", map[string]any{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "orders", "sectionName": "Bad_Name"})),
@@ -269,6 +305,12 @@ var _ = Describe("RateLimitRule schema", func() {
 		Entry("wildcard tenant and route", both(set("spec.tenant", "*"), set("spec.route", "*"))),
 		Entry("64-character ids", both(set("spec.tenant", strings.Repeat("a", 64)), set("spec.route", "r"+strings.Repeat("-", 63)))),
 		Entry("one-character ids", both(set("spec.tenant", "a"), set("spec.route", "9"))),
+		Entry("by client address with default prefixes", setBy(map[string]any{"clientAddress": map[string]any{}})),
+		Entry("by every part", setBy(map[string]any{"tenant": map[string]any{}}, map[string]any{"route": map[string]any{}},
+			map[string]any{"clientAddress": map[string]any{"ipv4Prefix": int64(24), "ipv6Prefix": int64(48)}}, map[string]any{"header": map[string]any{"name": "X-Client-Id"}},
+			map[string]any{"method": map[string]any{}}, map[string]any{"path": map[string]any{"segments": int64(16)}}, map[string]any{"claim": map[string]any{"path": "org.id"}})),
+		Entry("shared", set("spec.shared", true)),
+		Entry("targetRef to a Gateway listener", both(unset("spec.route"), set("spec.targetRef", map[string]any{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "public", "sectionName": "https"}))),
 		Entry("targetRef instead of route", both(unset("spec.route"), set("spec.targetRef", map[string]any{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "orders.v2"}))),
 		Entry("targetRef with a sectionName", both(unset("spec.route"),
 			set("spec.targetRef", map[string]any{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "orders", "sectionName": "create-order"}))),

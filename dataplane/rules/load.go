@@ -154,19 +154,23 @@ func compileManifests(ms []manifest, now time.Time) (*compiled, error) {
 
 	rules, verdicts, next := snapshot.CompileAt(items, now)
 	var warnings []string
-	var winners map[[2]string]string // tenant+route -> namespace/name, on demand
+	var winners map[[3]string]string // kind+tenant+route -> namespace/name, on demand
 	for i, v := range verdicts {
 		switch {
 		case v.Accepted:
 		case v.Reason == v1alpha1.ReasonConflict:
 			spec := &items[i].Spec
 			if winners == nil {
-				winners = make(map[[2]string]string, len(rules))
+				winners = make(map[[3]string]string, len(rules))
 				for _, r := range rules {
-					winners[[2]string{r.Tenant, r.Route}] = r.Source
+					winners[[3]string{r.Kind(), r.Tenant, r.Route}] = r.Source
 				}
 			}
-			winner := winners[[2]string{spec.Tenant, spec.Route}]
+			kind := ""
+			if r, err := snapshot.FromSpec(spec, ""); err == nil {
+				kind = r.Kind()
+			}
+			winner := winners[[3]string{kind, spec.Tenant, spec.Route}]
 			warnings = append(warnings, fmt.Sprintf(
 				"%s: RateLimitRule %s/%s is ignored: tenant %q route %q is already limited by %s (%s), which comes first in namespace/name order",
 				ms[i].loc, items[i].Namespace, items[i].Name, spec.Tenant, spec.Route, winner, where[winner]))

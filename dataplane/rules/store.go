@@ -72,6 +72,27 @@ func (s *Store) LookupClaims(tenant, route string, claims snapshot.Claims) *snap
 	return &s.def
 }
 
+// Extra appends to dst the rules in force for tenant on route (claims: the
+// identity's, nil for none) of every kind other than the default, in the
+// snapshot's kind order (snapshot.Set.Kinds): the limits that stack on the
+// rule Lookup returns. tenant "" is a request without an identity: rules
+// keyed by tenant do not apply to it. It returns dst unchanged, without
+// allocating, when the snapshot has only the default kind.
+func (s *Store) Extra(tenant, route string, claims snapshot.Claims, dst []*snapshot.Rule) []*snapshot.Rule {
+	l := s.cur.Load()
+	if l == nil {
+		return dst
+	}
+	for _, kind := range l.set.Kinds() {
+		r := l.set.LookupKind(kind, tenant, route, claims)
+		if r == nil || tenant == "" && r.Keyed(snapshot.PartTenant) {
+			continue
+		}
+		dst = append(dst, r)
+	}
+	return dst
+}
+
 // Replace makes set the snapshot in force, atomically. Lookups that started
 // before the swap may still return rules of the previous snapshot. A nil set
 // unloads the store: Lookup then answers the default for everything.

@@ -90,6 +90,19 @@ func (r *Rule) ClaimsKey() string {
 	return b.String()
 }
 
+// kindNote describes r's kind for a message: "" for the default kind,
+// else " keyed by <parts>" (or " shared").
+func kindNote(r *Rule) string {
+	switch k := r.Kind(); k {
+	case "":
+		return ""
+	case KindShared:
+		return " (shared)"
+	default:
+		return " keyed by " + clip.String(k)
+	}
+}
+
 // claimsNote describes r's claims for a message: "" without claims, else
 // " with claims {path=value, ...}" (values clipped).
 func claimsNote(r *Rule) string {
@@ -113,13 +126,17 @@ func (r *Rule) matchesClaims(c Claims) bool {
 	return true
 }
 
-// claimRules are a snapshot's rules with claims, by route, in precedence
-// order.
-type claimRules map[string][]*Rule
+// claimRules are a snapshot's rules with claims, by kind and route, in
+// precedence order.
+type claimRules map[kindRoute][]*Rule
+
+// kindRoute is a rule's kind and route.
+type kindRoute struct{ kind, route string }
 
 // add indexes r.
 func (cr claimRules) add(r *Rule) {
-	cr[r.Route] = append(cr[r.Route], r)
+	k := kindRoute{r.Kind(), r.Route}
+	cr[k] = append(cr[k], r)
 }
 
 // sort puts each route's rules in precedence order: more claims first,
@@ -135,9 +152,9 @@ func (cr claimRules) sort() {
 	}
 }
 
-// match is the first rule of route that c matches, or nil.
-func (cr claimRules) match(route string, c Claims) *Rule {
-	for _, r := range cr[route] {
+// match is the first rule of kind on route that c matches, or nil.
+func (cr claimRules) match(kind, route string, c Claims) *Rule {
+	for _, r := range cr[kindRoute{kind, route}] {
 		if r.matchesClaims(c) {
 			return r
 		}

@@ -28,8 +28,8 @@ type Verdict struct {
 }
 
 // Compile turns RateLimitRules into snapshot rules, one per tenant+route
-// (and claims, spec.match.claims). Where several rules name the same
-// tenant+route with the same claims, the oldest wins (creation
+// (and claims, spec.match.claims, and kind, spec.by). Where several rules
+// name the same tenant+route with the same claims and kind, the oldest wins (creation
 // time, then namespace/name, so the outcome is deterministic) and the others
 // lose with reason Conflict, like a UNIQUE constraint that shows its losers.
 // A loser's message names the winner only when both are in the same
@@ -53,7 +53,7 @@ func Compile(items []v1alpha1.RateLimitRule) (rules []Rule, verdicts []Verdict) 
 
 	verdicts = make([]Verdict, len(items))
 	rules = make([]Rule, 0, len(items))
-	type pair struct{ tenant, route, claims string }
+	type pair struct{ kind, tenant, route, claims string }
 	type owner struct{ namespace, source string }
 	winners := make(map[pair]owner, len(items))
 	for _, i := range order {
@@ -65,7 +65,7 @@ func Compile(items []v1alpha1.RateLimitRule) (rules []Rule, verdicts []Verdict) 
 			continue
 		}
 		v := Verdict{Rate: v1alpha1.FormatRate(rule.RefillTokens, rule.Period())}
-		key := pair{rule.Tenant, rule.Route, rule.ClaimsKey()}
+		key := pair{rule.Kind(), rule.Tenant, rule.Route, rule.ClaimsKey()}
 		if winner, taken := winners[key]; taken {
 			v.Reason = v1alpha1.ReasonConflict
 			// The winner is named only within the same namespace: another
@@ -74,7 +74,7 @@ func Compile(items []v1alpha1.RateLimitRule) (rules []Rule, verdicts []Verdict) 
 			if winner.namespace == obj.Namespace {
 				by = "the older RateLimitRule " + winner.source
 			}
-			v.Message = fmt.Sprintf("tenant %q route %q%s is already limited by %s", rule.Tenant, rule.Route, claimsNote(&rule), by)
+			v.Message = fmt.Sprintf("tenant %q route %q%s%s is already limited by %s", rule.Tenant, rule.Route, claimsNote(&rule), kindNote(&rule), by)
 			verdicts[i] = v
 			continue
 		}

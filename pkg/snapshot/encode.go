@@ -62,6 +62,16 @@ func appendRule(b []byte, r *Rule) []byte {
 	}
 	b = appendQuota(b, r)
 	b = appendClaims(b, r.Claims)
+	if len(r.By) > 0 {
+		// Rare (rules with spec.by) and of plain fields: encoding/json
+		// cannot fail on it.
+		by, _ := json.Marshal(r.By)
+		b = append(b, `,"by":`...)
+		b = append(b, by...)
+	}
+	if r.Shared {
+		b = append(b, `,"sd":true`...)
+	}
 	if r.Source != "" {
 		b = append(b, `,"s":`...)
 		b = appendString(b, r.Source)

@@ -52,9 +52,20 @@ type Rule struct {
 	// (of tenant "*") applies only to requests whose identity carries
 	// them. See Set.LookupClaims for its precedence.
 	Claims []ClaimMatch `json:"cl,omitempty"`
+	// By is the compiled spec.by: what the rule's buckets are keyed by,
+	// in order; empty for the default kind (tenant and route).
+	By []KeyPart `json:"by,omitempty"`
+	// Shared is spec.shared: one bucket for every request the rule
+	// matches.
+	Shared bool `json:"sd,omitempty"`
 	// Source names the RateLimitRule this was compiled from ("namespace/name");
 	// empty for built-in rules.
 	Source string `json:"s,omitempty"`
+
+	// kind, kindID, identity and name are Kind, KindID, Identity and
+	// Name, computed when the rule goes into a shard (cacheKind); empty
+	// for the default kind.
+	kind, kindID, identity, name string
 }
 
 // PrefetchMode is the compiled spec.hotKey.prefetch.
@@ -176,6 +187,9 @@ func (r *Rule) Validate() error {
 		return err
 	}
 	if err := r.validateClaims(); err != nil {
+		return err
+	}
+	if err := r.validateBy(); err != nil {
 		return err
 	}
 	return r.validateQuota()
@@ -329,9 +343,14 @@ func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 	if err != nil {
 		return Rule{}, err
 	}
+	by, err := byFromSpec(spec, source)
+	if err != nil {
+		return Rule{}, err
+	}
 	r := Rule{
 		Tenant: spec.Tenant, Route: spec.Route, Capacity: spec.Capacity, Claims: claims,
 		RefillTokens: tokens, RefillPeriodMs: period.Milliseconds(), Source: source,
+		By: by, Shared: spec.Shared,
 	}
 	shadow, ok := specModes[spec.Mode]
 	if !ok {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
+	"sort"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 )
@@ -16,9 +18,12 @@ type Set struct {
 	format  int // of every shard
 	version int64
 	rules   int
-	// claimed holds the rules with claims, by route in precedence order;
-	// nil when there are none.
+	// claimed holds the rules with claims, by kind and route in
+	// precedence order; nil when there are none.
 	claimed claimRules
+	// kinds are the kinds of rule other than the default, sorted; nil
+	// when every rule is of the default kind.
+	kinds []string
 }
 
 // NewSet assembles shards, which must all have the same count and format and
@@ -44,12 +49,52 @@ func NewSet(shards []*Shard) (*Set, error) {
 		}
 		sh.index()
 		s.indexClaims(sh)
+		s.indexKinds(sh)
 		s.shards[sh.Index] = sh
 		s.rules += len(sh.Rules)
 		s.version = max(s.version, sh.Version)
 	}
 	s.claimed.sort()
+	sort.Strings(s.kinds)
 	return s, nil
+}
+
+// indexKinds adds the kinds of sh's rules other than the default to
+// s.kinds.
+func (s *Set) indexKinds(sh *Shard) {
+	for i := range sh.Rules {
+		if k := sh.Rules[i].kind; k != "" && !slices.Contains(s.kinds, k) {
+			s.kinds = append(s.kinds, k)
+		}
+	}
+}
+
+// Kinds are the kinds of rule of the snapshot other than the default
+// (Rule.Kind), sorted; nil when there are none. Do not modify it.
+func (s *Set) Kinds() []string { return s.kinds }
+
+// LookupKind is LookupClaims among the rules of kind (Rule.Kind; "" is
+// LookupClaims itself): the same precedence by tenant, claims and route.
+// It returns nil when no rule of kind matches. It does not allocate.
+func (s *Set) LookupKind(kind, tenant, route string, c Claims) *Rule {
+	if r := s.getKind(kind, tenant, route); r != nil {
+		return r
+	}
+	if r := s.getKind(kind, tenant, v1alpha1.Wildcard); r != nil {
+		return r
+	}
+	if c != nil && s.claimed != nil {
+		if r := s.claimed.match(kind, route, c); r != nil {
+			return r
+		}
+		if r := s.claimed.match(kind, v1alpha1.Wildcard, c); r != nil {
+			return r
+		}
+	}
+	if r := s.getKind(kind, v1alpha1.Wildcard, route); r != nil {
+		return r
+	}
+	return s.getKind(kind, v1alpha1.Wildcard, v1alpha1.Wildcard)
 }
 
 // indexClaims adds the rules of sh that have claims to s.claimed.
@@ -80,10 +125,10 @@ func (s *Set) LookupClaims(tenant, route string, c Claims) *Rule {
 	if r := s.get(tenant, v1alpha1.Wildcard); r != nil {
 		return r
 	}
-	if r := s.claimed.match(route, c); r != nil {
+	if r := s.claimed.match("", route, c); r != nil {
 		return r
 	}
-	if r := s.claimed.match(v1alpha1.Wildcard, c); r != nil {
+	if r := s.claimed.match("", v1alpha1.Wildcard, c); r != nil {
 		return r
 	}
 	if r := s.get(v1alpha1.Wildcard, route); r != nil {
@@ -114,7 +159,12 @@ func (s *Set) Lookup(tenant, route string) *Rule {
 // get returns the rule for exactly tenant and route, from the shard that
 // holds it.
 func (s *Set) get(tenant, route string) *Rule {
-	return s.shards[Placement(s.format, tenant, route, len(s.shards))].byKey[ruleKey{tenant, route, ""}]
+	return s.getKind("", tenant, route)
+}
+
+// getKind returns the rule of kind for exactly tenant and route.
+func (s *Set) getKind(kind, tenant, route string) *Rule {
+	return s.shards[Placement(s.format, tenant, route, len(s.shards))].byKey[ruleKey{kind, tenant, route, ""}]
 }
 
 // Version is the highest shard version: the snapshot version a gateway reports

@@ -117,7 +117,7 @@ type Shard struct {
 }
 
 // ruleKey identifies a rule: its tenant, route and ClaimsKey.
-type ruleKey struct{ tenant, route, claims string }
+type ruleKey struct{ kind, tenant, route, claims string }
 
 // payload is the JSON stored (compressed) in a shard ConfigMap.
 type payload struct {
@@ -261,16 +261,18 @@ func (s *Shard) index() {
 	}
 	s.byKey = make(map[ruleKey]*Rule, len(s.Rules))
 	for i := range s.Rules {
-		if r := &s.Rules[i]; len(r.Claims) == 0 {
-			s.byKey[ruleKey{r.Tenant, r.Route, ""}] = r
+		r := &s.Rules[i]
+		r.cacheKind()
+		if len(r.Claims) == 0 {
+			s.byKey[ruleKey{r.kind, r.Tenant, r.Route, ""}] = r
 		}
 	}
 }
 
-// Get returns the rule without claims for exactly tenant and route (either
-// may be "*").
+// Get returns the rule of the default kind without claims for exactly
+// tenant and route (either may be "*").
 func (s *Shard) Get(tenant, route string) *Rule {
-	return s.byKey[ruleKey{tenant, route, ""}]
+	return s.byKey[ruleKey{"", tenant, route, ""}]
 }
 
 // Encode compresses the shard for a ConfigMap. The JSON is written by hand
@@ -363,9 +365,9 @@ func Decode(data []byte) (*Shard, error) {
 		if got := Placement(p.Format, r.Tenant, r.Route, p.Count); got != p.Index {
 			return nil, fmt.Errorf("rule %d (tenant %q route %q) belongs in shard %d, found in shard %d", i, r.Tenant, r.Route, got, p.Index)
 		}
-		k := ruleKey{r.Tenant, r.Route, r.ClaimsKey()}
+		k := ruleKey{r.Kind(), r.Tenant, r.Route, r.ClaimsKey()}
 		if _, dup := seen[k]; dup {
-			return nil, fmt.Errorf("rule %d: duplicate tenant %q route %q%s", i, r.Tenant, r.Route, claimsNote(r))
+			return nil, fmt.Errorf("rule %d: duplicate tenant %q route %q%s%s", i, r.Tenant, r.Route, claimsNote(r), kindNote(r))
 		}
 		seen[k] = struct{}{}
 	}
