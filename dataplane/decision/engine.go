@@ -22,6 +22,11 @@ type Rules interface {
 	// LookupClaims is Lookup for a request whose identity carries claims
 	// (nil: none), which rules with spec.match.claims match on.
 	LookupClaims(tenant, route string, claims snapshot.Claims) *snapshot.Rule
+	// Extra appends to dst the rules in force of every kind other than
+	// the default (spec.by, spec.shared) for tenant ("": no identity) on
+	// route, which stack on Lookup's: nothing, without allocating, when
+	// the snapshot has only the default kind.
+	Extra(tenant, route string, claims snapshot.Claims, dst []*snapshot.Rule) []*snapshot.Rule
 }
 
 // Limiter is what the engine decides with, for one bucket or the shards of
@@ -141,7 +146,17 @@ func (e *Engine) RuleFor(tenant, route string, claims snapshot.Claims) *snapshot
 // DecideRule is Decide under rule, which Rule returned for tenant and
 // route.
 func (e *Engine) DecideRule(ctx context.Context, tenant, route string, rule *snapshot.Rule, cost int64) (Decision, error) {
-	b, region := e.bucket(tenant, route, rule)
+	d, err := e.decideAt(ctx, limiter.Key(tenant, route), rule, cost)
+	if e.opts.Observe != nil {
+		e.opts.Observe(tenant, route, d.Allowed || rule.Shadow)
+	}
+	return d, err
+}
+
+// decideAt takes cost tokens from the bucket named base under rule (the
+// region's share, the shards and their batch are derived from it).
+func (e *Engine) decideAt(ctx context.Context, base string, rule *snapshot.Rule, cost int64) (Decision, error) {
+	b, region := e.bucketAt(base, rule)
 	shards := max(1, int(rule.Shards))
 	var d limiter.Outcome
 	var err error
@@ -150,10 +165,7 @@ func (e *Engine) DecideRule(ctx context.Context, tenant, route string, rule *sna
 		b.Prefetch = e.batch(rule, b)
 		d, err = e.opts.Limiter.Allow(ctx, b, cost)
 	} else {
-		d, shard, err = e.sharded(ctx, tenant, route, region, rule, b, shards, cost)
-	}
-	if e.opts.Observe != nil {
-		e.opts.Observe(tenant, route, d.Allowed || rule.Shadow)
+		d, shard, err = e.sharded(ctx, base, region, rule, b, shards, cost)
 	}
 	return Decision{Outcome: d, Limit: max(1, int64(b.Capacity)), QuotaLimit: b.Quota.Whole, shard: shard + 1}, err
 }
@@ -166,13 +178,18 @@ func (e *Engine) DecideRule(ctx context.Context, tenant, route string, rule *sna
 // back is remaining again. A decision that took nothing (rejected, or
 // FailOpen) gives back nothing. An error says the tokens stay spent.
 func (e *Engine) Refund(ctx context.Context, tenant, route string, rule *snapshot.Rule, d Decision) (Decision, error) {
+	return e.refundAt(ctx, limiter.Key(tenant, route), rule, d)
+}
+
+// refundAt is Refund of the bucket named base.
+func (e *Engine) refundAt(ctx context.Context, base string, rule *snapshot.Rule, d Decision) (Decision, error) {
 	cost := d.Taken()
 	if cost == 0 {
 		return d, nil
 	}
-	b, region := e.bucket(tenant, route, rule)
+	b, region := e.bucketAt(base, rule)
 	if d.shard > 0 {
-		b = shardBucket(b, tenant, route, region, d.shard-1, max(1, int(rule.Shards)))
+		b = shardBucket(b, base, region, d.shard-1, max(1, int(rule.Shards)))
 	}
 	if err := e.opts.Limiter.Refund(ctx, b, d.Outcome); err != nil {
 		return d, err
@@ -187,22 +204,30 @@ func (e *Engine) Refund(ctx context.Context, tenant, route string, rule *snapsho
 // bucket is the bucket this gateway uses for tenant on route: the whole rule,
 // or its region's share under a key of its own.
 func (e *Engine) bucket(tenant, route string, rule *snapshot.Rule) (limiter.Bucket, string) {
-	b := limiter.BucketFor(tenant, route, rule)
+	return e.bucketAt(limiter.Key(tenant, route), rule)
+}
+
+// bucketAt is the bucket this gateway uses under rule for the bucket named
+// base (limiter.Key, or a key of another kind, KeyFor): the whole rule, or
+// its region's share under a key of its own.
+func (e *Engine) bucketAt(base string, rule *snapshot.Rule) (limiter.Bucket, string) {
+	b := limiter.BucketFor("", "", rule)
+	b.Key = base
 	region := ""
 	if _, ok := rule.Share(e.opts.Region); ok {
 		region = e.opts.Region
-		b.Key = limiter.RegionKey(tenant, route, region)
+		b.Key = limiter.RegionOf(base, region)
 		b.Capacity = rule.RegionCapacity(region)
 		b.RefillTokens, b.RefillPeriodMs = rule.RegionRefill(region)
 	}
-	b.Quota = e.quota(tenant, route, region, rule)
+	b.Quota = e.quota(base, region, rule)
 	return b, region
 }
 
 // quota is the calendar quota of tenant on route (region's share): the
 // period that held the clock QuotaSkew ago and the next one, in the rule's
 // time zone. Rules are validated, so the zone loads.
-func (e *Engine) quota(tenant, route, region string, rule *snapshot.Rule) limiter.Quota {
+func (e *Engine) quota(base, region string, rule *snapshot.Rule) limiter.Quota {
 	if !rule.HasQuota() {
 		return limiter.Quota{}
 	}
@@ -214,7 +239,7 @@ func (e *Engine) quota(tenant, route, region string, rule *snapshot.Rule) limite
 	_, next := snapshot.PeriodAt(rule.QuotaPeriod, loc, end)
 	limit := rule.RegionQuota(region)
 	return limiter.Quota{
-		Key: limiter.QuotaKey(tenant, route, region), Limit: limit, Whole: limit,
+		Key: limiter.QuotaKeyOf(base, region), Limit: limit, Whole: limit,
 		Start: start.UnixMilli(), Switch: end.UnixMilli(), End: next.UnixMilli(), ShiftMs: e.opts.QuotaShift.Milliseconds(),
 	}
 }
@@ -230,12 +255,12 @@ func shardQuota(q limiter.Quota, shardKey string, i, shards int) limiter.Quota {
 
 // shardBucket is shard i of b split into n shards, with its part of the
 // quota.
-func shardBucket(b limiter.Bucket, tenant, route, region string, i, n int) limiter.Bucket {
+func shardBucket(b limiter.Bucket, base, region string, i, n int) limiter.Bucket {
 	sb := b
 	sb.Capacity = b.Capacity / float64(n)
 	sb.RefillPeriodMs = b.RefillPeriodMs * int64(n)
 	sb.Shards, sb.WholeKey = n, b.Key
-	sb.Key = limiter.ShardKey(tenant, route, region, i)
+	sb.Key = limiter.ShardKeyOf(base, region, i)
 	sb.Quota = shardQuota(b.Quota, sb.Key, i, n)
 	return sb
 }
@@ -244,15 +269,15 @@ func shardBucket(b limiter.Bucket, tenant, route, region string, i, n int) limit
 // the tokens: a sharded bucket only rejects when every shard is empty. The
 // limiter's empty-bucket cache makes shards known to be empty cost no call.
 // It returns the shard that decided (the first tried for a spread cost).
-func (e *Engine) sharded(ctx context.Context, tenant, route, region string, rule *snapshot.Rule, b limiter.Bucket, shards int, cost int64) (limiter.Outcome, int, error) {
+func (e *Engine) sharded(ctx context.Context, base, region string, rule *snapshot.Rule, b limiter.Bucket, shards int, cost int64) (limiter.Outcome, int, error) {
 	start := e.opts.Pick(shards)
-	prefetch := e.batch(rule, shardBucket(b, tenant, route, region, start, shards))
+	prefetch := e.batch(rule, shardBucket(b, base, region, start, shards))
 	if float64(cost) > math.Floor(b.Capacity/float64(shards)) {
 		// No shard can ever hold cost tokens (a shard grants whole
 		// tokens): take them from several.
 		all := make([]limiter.Bucket, shards)
 		for k := range all {
-			all[k] = shardBucket(b, tenant, route, region, (start+k)%shards, shards)
+			all[k] = shardBucket(b, base, region, (start+k)%shards, shards)
 			all[k].Prefetch = prefetch
 		}
 		d, err := e.opts.Limiter.AllowSpread(ctx, all, cost)
@@ -262,7 +287,7 @@ func (e *Engine) sharded(ctx context.Context, tenant, route, region string, rule
 	retry := int64(-1)
 	for k := range shards {
 		i := (start + k) % shards
-		sb := shardBucket(b, tenant, route, region, i, shards)
+		sb := shardBucket(b, base, region, i, shards)
 		sb.Prefetch = prefetch
 		d, err := e.opts.Limiter.Allow(ctx, sb, cost)
 		if err != nil {

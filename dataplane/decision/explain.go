@@ -45,7 +45,7 @@ func (e *Engine) Plan(tenant, route string) Plan {
 	sb.Shards, sb.WholeKey = shards, b.Key
 	for k := range shards {
 		s := sb
-		s.Key = limiter.ShardKey(tenant, route, region, k)
+		s.Key = limiter.ShardKeyOf(limiter.Key(tenant, route), region, k)
 		s.Quota = shardQuota(b.Quota, s.Key, k, shards)
 		p.Shards = append(p.Shards, s)
 	}

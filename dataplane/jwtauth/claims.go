@@ -39,6 +39,20 @@ func (c *Claims) HasClaim(path, value string) bool {
 	return ok && s == value
 }
 
+// ClaimValue is the text of the claim at path (resolved by Lookup) when it
+// is a string, a number or a boolean; false when it is missing, an array
+// or an object.
+func (c *Claims) ClaimValue(path string) (string, bool) {
+	if c == nil {
+		return "", false
+	}
+	v, ok := Lookup(c.m, path)
+	if !ok {
+		return "", false
+	}
+	return scalar(v)
+}
+
 // String hides the claims.
 func (c *Claims) String() string { return "jwtauth.Claims{redacted}" }
 

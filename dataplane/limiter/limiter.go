@@ -7,6 +7,7 @@ package limiter
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
@@ -84,7 +85,14 @@ func Key(tenant, route string) string {
 // RegionKey is the key of a region's share of the bucket of tenant on
 // route: rl:{tenant}:route@region. Region names contain no '@' or ':'.
 func RegionKey(tenant, route, region string) string {
-	return "rl:{" + tenant + "}:" + route + "@" + region
+	return RegionOf(Key(tenant, route), region)
+}
+
+// RegionOf is the key of a region's share of the bucket named base (Key,
+// or a key of another kind: rl:{<first part>}:|<kind>|...): base@region,
+// in the same hash as base.
+func RegionOf(base, region string) string {
+	return base + "@" + region
 }
 
 // ShardKey is the key of shard i of a sharded bucket:
@@ -92,7 +100,18 @@ func RegionKey(tenant, route, region string) string {
 // the shards of one bucket over its nodes; without braces it can never equal
 // an unsharded key.
 func ShardKey(tenant, route, region string, i int) string {
-	k := "rl:" + tenant + ":" + route
+	return ShardKeyOf(Key(tenant, route), region, i)
+}
+
+// ShardKeyOf is the key of shard i of the bucket named base (see
+// ShardKey): base without its hash tag's braces, @region, :i.
+func ShardKeyOf(base, region string, i int) string {
+	k := base
+	if open := strings.IndexByte(k, '{'); open >= 0 {
+		if end := strings.IndexByte(k, '}'); end > open {
+			k = k[:open] + k[open+1:end] + k[end+1:]
+		}
+	}
 	if region != "" {
 		k += "@" + region
 	}

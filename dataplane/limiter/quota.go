@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -64,7 +65,14 @@ func (q *Quota) periodAt(nowMs int64) (start, end int64) {
 // rq:{tenant}:route[@region]. Its hash tag puts it in the slot of the
 // tenant's buckets (Key), so one script call reaches both in Redis Cluster.
 func QuotaKey(tenant, route, region string) string {
-	k := "rq:{" + tenant + "}:" + route
+	return QuotaKeyOf(Key(tenant, route), region)
+}
+
+// QuotaKeyOf is the base key of the quota of the bucket named base (Key,
+// or a key of another kind): rq: in place of rl:, @region, in the slot of
+// base by the same hash tag.
+func QuotaKeyOf(base, region string) string {
+	k := "rq" + strings.TrimPrefix(base, "rl")
 	if region != "" {
 		k += "@" + region
 	}

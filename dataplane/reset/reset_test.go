@@ -101,6 +101,10 @@ type fixed struct{ r *snapshot.Rule }
 
 func (f fixed) Lookup(string, string) *snapshot.Rule { return f.r }
 
+func (f fixed) Extra(_, _ string, _ snapshot.Claims, dst []*snapshot.Rule) []*snapshot.Rule {
+	return dst
+}
+
 func (f fixed) LookupClaims(string, string, snapshot.Claims) *snapshot.Rule { return f.r }
 
 func ptr(n int64) *int64 { return &n }

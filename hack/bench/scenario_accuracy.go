@@ -29,6 +29,10 @@ type oneRule struct{ r snapshot.Rule }
 
 func (o *oneRule) Lookup(string, string) *snapshot.Rule { return &o.r }
 
+func (o *oneRule) Extra(_, _ string, _ snapshot.Claims, dst []*snapshot.Rule) []*snapshot.Rule {
+	return dst
+}
+
 func (o *oneRule) LookupClaims(string, string, snapshot.Claims) *snapshot.Rule { return &o.r }
 
 // scenarioAccuracy (4): N limiter instances in this process, each with its

@@ -111,6 +111,10 @@ func (r *soRules) Lookup(tenant, _ string) *snapshot.Rule {
 	return &r.def
 }
 
+func (r *soRules) Extra(_, _ string, _ snapshot.Claims, dst []*snapshot.Rule) []*snapshot.Rule {
+	return dst
+}
+
 func (r *soRules) LookupClaims(tenant, route string, _ snapshot.Claims) *snapshot.Rule {
 	return r.Lookup(tenant, route)
 }

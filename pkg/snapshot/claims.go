@@ -25,6 +25,11 @@ type Claims interface {
 	// number or boolean whose JSON text equals it, or an array holding
 	// such an element.
 	HasClaim(path, value string) bool
+	// ClaimValue is the text of the claim at path when it is a string, a
+	// number or a boolean (as HasClaim compares it); false when it is
+	// missing, an array or an object. A key part (spec.by claim) is made
+	// of it.
+	ClaimValue(path string) (string, bool)
 }
 
 // claimsFromSpec compiles spec.match.claims, sorted by path. A match

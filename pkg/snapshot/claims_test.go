@@ -12,6 +12,13 @@ import (
 // claimSet is a token's claims for these tests: path -> values.
 type claimSet map[string][]string
 
+func (c claimSet) ClaimValue(path string) (string, bool) {
+	if vs := c[path]; len(vs) == 1 {
+		return vs[0], true
+	}
+	return "", false
+}
+
 func (c claimSet) HasClaim(path, value string) bool {
 	for _, v := range c[path] {
 		if v == value {
