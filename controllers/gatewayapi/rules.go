@@ -59,6 +59,13 @@ func compileRule(rt *gwv1.HTTPRoute, i int) (out routetable.Rule, msg string) {
 		Created: rt.CreationTimestamp.Unix(), Index: i,
 		ForwardAuthorization: rt.Annotations[routetable.AnnotationForwardAuthorization] == "true",
 	}
+	switch mode := rt.Annotations[routetable.AnnotationIdentity]; mode {
+	case "", "required":
+	case "optional", "none":
+		out.IdentityMode = mode
+	default:
+		return out, "metadata.annotations[" + routetable.AnnotationIdentity + "] must be required, optional or none"
+	}
 	switch {
 	case r.Retry != nil:
 		return out, field + ".retry is not supported"

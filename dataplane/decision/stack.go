@@ -48,7 +48,7 @@ func (s *Stacked) Bound() (Decision, *snapshot.Rule, string) {
 // the caller decides under primary alone (DecideRule), as before kinds
 // existed. An error is a HeaderError: a header that keys a bucket is
 // malformed.
-func (e *Engine) Limits(req *Request, primary *snapshot.Rule) ([]Limit, error) {
+func (e *Engine) Limits(req Request, primary *snapshot.Rule) ([]Limit, error) {
 	extra := e.opts.Rules.Extra(req.Tenant, req.Route, req.Claims, nil)
 	if len(extra) == 0 {
 		return nil, nil
@@ -58,7 +58,7 @@ func (e *Engine) Limits(req *Request, primary *snapshot.Rule) ([]Limit, error) {
 		out = append(out, Limit{Rule: primary, Key: limiter.Key(req.Tenant, req.Route), Name: req.Route})
 	}
 	for _, r := range extra {
-		k, err := KeyFor(r, req)
+		k, err := KeyFor(r, &req)
 		if err != nil {
 			return nil, err
 		}
@@ -76,7 +76,7 @@ func (e *Engine) Limits(req *Request, primary *snapshot.Rule) ([]Limit, error) {
 // limits in different Redis slots; docs/rules.md). A Shadow limit that
 // would refuse lets the request pass (Shadowed). An error comes only from
 // a Limiter that returns one; what was taken before it is given back.
-func (e *Engine) DecideStack(ctx context.Context, req *Request, limits []Limit, costs []int64) (Stacked, error) {
+func (e *Engine) DecideStack(ctx context.Context, req Request, limits []Limit, costs []int64) (Stacked, error) {
 	st := Stacked{Limits: limits, Decisions: make([]Decision, 0, len(limits))}
 	for i, l := range limits {
 		d, err := e.decideAt(ctx, l.Key, l.Rule, costs[i])

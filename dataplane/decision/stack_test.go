@@ -46,7 +46,7 @@ func pass(t *testing.T, e *decision.Engine, req *decision.Request) bool {
 	if req.Tenant != "" {
 		primary = e.RuleFor(req.Tenant, req.Route, nil)
 	}
-	limits, err := e.Limits(req, primary)
+	limits, err := e.Limits(*req, primary)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func pass(t *testing.T, e *decision.Engine, req *decision.Request) bool {
 	for i := range costs {
 		costs[i] = 1
 	}
-	st, err := e.DecideStack(context.Background(), req, limits, costs)
+	st, err := e.DecideStack(context.Background(), *req, limits, costs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 
+	"github.com/tollgate-dev/tollgate/dataplane/clientaddr"
 	"github.com/tollgate-dev/tollgate/dataplane/concurrency"
 	"github.com/tollgate-dev/tollgate/dataplane/decision"
 	"github.com/tollgate-dev/tollgate/dataplane/foreign"
@@ -143,8 +144,13 @@ func (g *Gateway) buildProxy() error {
 	if g.routes == nil && g.httpRoutes == nil {
 		return nil
 	}
+	trusted, err := clientaddr.Parse(g.opts.TrustedProxies)
+	if err != nil {
+		return fmt.Errorf("--trusted-proxies: %w", err)
+	}
 	po := proxy.Options{
-		Decider: g.engine, Chain: chain,
+		ClientAddr: trusted,
+		Decider:    g.engine, Chain: chain,
 		Metrics: g.metrics, IETFHeaders: g.opts.IETFHeaders, Logger: g.log.WithName("proxy"),
 		UpstreamTimeout: g.opts.UpstreamTimeout, ClientBodyTimeout: g.opts.ClientBodyTimeout, Failures: g.opts.failureLimiter(),
 		Slots: g.slots, Region: g.opts.Region, TenantHeader: g.opts.TenantHeader,

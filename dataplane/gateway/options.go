@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/tollgate-dev/tollgate/dataplane/clientaddr"
 	"github.com/tollgate-dev/tollgate/dataplane/proxy"
 	"github.com/tollgate-dev/tollgate/dataplane/redisconf"
 	"github.com/tollgate-dev/tollgate/internal/kubeconfig"
@@ -106,6 +107,10 @@ type Options struct {
 	FailurePerSecond    float64
 	FailureMaxAddresses int
 
+	// TrustedProxies is --trusted-proxies: the CIDRs whose
+	// X-Forwarded-For (or Forwarded) names the client.
+	TrustedProxies string
+
 	// The support tools on the admin listener (support.go).
 	AdminTokenFile string
 	TopK           int
@@ -174,7 +179,11 @@ func (o *Options) addInputFlags(fs *pflag.FlagSet) {
 			"A comma-separated list such as mapped,jwt accepts either: the first credential the request carries decides.")
 	fs.IntVar(&o.FailureBurst, "identity-failure-burst", 20,
 		"Failed identifications (401, 400) a client address may have in a row; after that every request from it gets 429 until it earns failures back "+
-			"(so a right guess cannot be told from a wrong one). The address is the TCP peer, IPv6 by /64, never X-Forwarded-For. 0 disables the limit.")
+			"(so a right guess cannot be told from a wrong one). The address is the client address (see --trusted-proxies), IPv6 by /64. 0 disables the limit.")
+	fs.StringVar(&o.TrustedProxies, "trusted-proxies", "",
+		"Comma-separated CIDRs (or addresses) of the proxies in front of the gateway (a cloud load balancer, an ingress): for a request whose TCP peer is one of them, "+
+			"the client address is read from X-Forwarded-For (or Forwarded: for=, when there is no X-Forwarded-For) from the right, past the trusted hops. "+
+			"It keys the rules by clientAddress and the failed-identification limit. A header from any other peer is ignored. Empty: the TCP peer is always the client.")
 	fs.Float64Var(&o.FailurePerSecond, "identity-failure-rate", 1, "Failed identifications per second a client address earns back.")
 	fs.IntVar(&o.FailureMaxAddresses, "identity-failure-max-addresses", 65536,
 		"Client addresses with failures tracked at once, and as many prefixes (about 90 bytes each); when full, the address with the least recent failure "+
@@ -294,6 +303,9 @@ func (o *Options) Validate() error {
 	}
 	if err := o.validateIdentity(); err != nil {
 		return err
+	}
+	if _, err := clientaddr.Parse(o.TrustedProxies); err != nil {
+		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
 	if err := proxy.CheckTenantHeader(o.TenantHeader); err != nil {
 		return fmt.Errorf("--tenant-header: %w", err)

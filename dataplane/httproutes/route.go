@@ -76,6 +76,14 @@ func (r *Rule) RequestTimeout() time.Duration {
 	return time.Duration(r.RequestTimeoutMs) * time.Millisecond
 }
 
+// Identity is the HTTPRoute's annotation routetable.AnnotationIdentity:
+// required (also without it, or with a value the controller refused),
+// optional or none.
+func (r *Rule) Identity() routing.Identity {
+	mode, _ := routing.ParseIdentity(r.IdentityMode)
+	return mode
+}
+
 // ForwardsAuthorization: the HTTPRoute has the annotation
 // routetable.AnnotationForwardAuthorization.
 func (r *Rule) ForwardsAuthorization() bool { return r.ForwardAuthorization }

@@ -99,6 +99,17 @@ type Chain struct {
 // NewChain returns a Chain of methods, in order; at least one.
 func NewChain(methods ...Method) *Chain { return &Chain{methods: methods} }
 
+// Carries reports whether the request carries a credential of any of the
+// chain's methods.
+func (c *Chain) Carries(h http.Header) bool {
+	for _, m := range c.methods {
+		if m.Carries(h) {
+			return true
+		}
+	}
+	return false
+}
+
 // Identify returns the request's caller.
 func (c *Chain) Identify(ctx context.Context, h http.Header) (Caller, error) {
 	for _, m := range c.methods {

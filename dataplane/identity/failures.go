@@ -117,10 +117,35 @@ func failKeys(a netip.Addr) (addr, prefix failKey) {
 // Blocked reports whether the client at remoteAddr has no failure left, and
 // if so how long until it has one.
 func (l *FailureLimiter) Blocked(remoteAddr string) (time.Duration, bool) {
+	a, ok := ClientAddr(remoteAddr)
+	if !ok {
+		return 0, false
+	}
+	return l.BlockedAddr(a)
+}
+
+// limiterKey is a client address as the limiter keys it: IPv4-mapped
+// IPv6 unmapped, IPv6 reduced to its /64 prefix; ok is false for the zero
+// Addr.
+func limiterKey(a netip.Addr) (netip.Addr, bool) {
+	if !a.IsValid() {
+		return a, false
+	}
+	a = a.Unmap()
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		a = p.Addr()
+	}
+	return a, true
+}
+
+// BlockedAddr is Blocked for a client address (the trusted one the proxy
+// found, clientaddr.Resolver).
+func (l *FailureLimiter) BlockedAddr(a netip.Addr) (time.Duration, bool) {
 	if l == nil || l.tracked.Load() == 0 {
 		return 0, false
 	}
-	a, ok := ClientAddr(remoteAddr)
+	a, ok := limiterKey(a)
 	if !ok {
 		return 0, false
 	}
@@ -143,10 +168,17 @@ func (l *FailureLimiter) Blocked(remoteAddr string) (time.Duration, bool) {
 // returns false, and how long until the next failure is allowed, when the
 // client had none left: answer 429 then.
 func (l *FailureLimiter) Fail(remoteAddr string) (time.Duration, bool) {
+	a, _ := ClientAddr(remoteAddr)
+	return l.FailAddr(a)
+}
+
+// FailAddr is Fail for a client address (the trusted one the proxy
+// found); the zero Addr is one bucket for every unparsable peer.
+func (l *FailureLimiter) FailAddr(a netip.Addr) (time.Duration, bool) {
 	if l == nil {
 		return 0, true
 	}
-	a, ok := ClientAddr(remoteAddr)
+	a, ok := limiterKey(a)
 	if !ok {
 		a = netip.IPv4Unspecified() // unparsable peers share one bucket
 	}

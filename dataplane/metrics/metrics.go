@@ -74,6 +74,10 @@ type Gateway struct {
 	// reason (IdentityMissing, IdentityInvalid, IdentityUnknown,
 	// IdentityLimited). It never carries the key.
 	IdentityFailures *prometheus.CounterVec
+	// ForwardedMalformed counts requests from a trusted proxy
+	// (--trusted-proxies) whose X-Forwarded-For or Forwarded header did
+	// not parse: their client address is the proxy's.
+	ForwardedMalformed prometheus.Counter
 	// ConcurrencyInFlight is the number of concurrency slots (spec.concurrency)
 	// this gateway holds, by route.
 	ConcurrencyInFlight *prometheus.GaugeVec
@@ -199,6 +203,10 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 			Name: "tollgate_gateway_identity_failures_total",
 			Help: "Requests refused before a tenant was found, by reason: missing (401: no API key or bearer token), invalid (400) or unknown (401) API key, invalid_token (401: a bearer token refused), or limited (429: the client address has no failed identification left).",
 		}, []string{"reason"}),
+		ForwardedMalformed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_gateway_forwarded_malformed_total",
+			Help: "Requests from a trusted proxy (--trusted-proxies) whose X-Forwarded-For or Forwarded header did not parse; the proxy's address was taken as the client's.",
+		}),
 		ReloadErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_gateway_reload_errors_total",
 			Help: "Rejected reloads by source (rules, routes, api-keys, jwks, jwt-secret); the last good version stays in use.",
@@ -243,7 +251,7 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 		}),
 	}
 	reg.MustRegister(m.Decisions, m.Responses, m.RedisDuration, m.RedisErrors, m.RedisScriptErrors, m.RedisTimeout, m.Breaker, m.Replicas, m.ReplicasCounted,
-		m.SnapshotVersion, m.SnapshotFormat, m.BuildInfo, m.SnapshotLoaded, m.Rules, m.ReloadErrors, m.ForeignRefused, m.UpstreamDuration, m.IdentityFailures,
+		m.SnapshotVersion, m.SnapshotFormat, m.BuildInfo, m.SnapshotLoaded, m.Rules, m.ReloadErrors, m.ForeignRefused, m.UpstreamDuration, m.IdentityFailures, m.ForwardedMalformed,
 		m.ConcurrencyInFlight, m.ConcurrencyRejections, m.ConcurrencyUnenforced,
 		m.ResponseCharges, m.ResponseCostTokens, m.ResponseDrains, m.ResponseDrainsRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -8,12 +8,14 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate-dev/tollgate/dataplane/clientaddr"
 	"github.com/tollgate-dev/tollgate/dataplane/concurrency"
 	"github.com/tollgate-dev/tollgate/dataplane/decision"
 	"github.com/tollgate-dev/tollgate/dataplane/httpguard"
@@ -56,6 +58,10 @@ type Options struct {
 	// Failures limits failed identifications per client address; nil
 	// limits nothing.
 	Failures *identity.FailureLimiter
+	// ClientAddr finds a request's client address (--trusted-proxies),
+	// which keys the failure throttle and the rules keyed by
+	// clientAddress; nil trusts no proxy: the TCP peer.
+	ClientAddr *clientaddr.Resolver
 	// Slots holds the concurrency slots of rules with spec.concurrency; nil
 	// enforces no concurrency limit.
 	Slots *concurrency.Slots
@@ -95,6 +101,15 @@ type Decider interface {
 	// after it (a concurrency slot), and returns d as the refund left it;
 	// an error says it stays spent.
 	Refund(ctx context.Context, tenant, route string, rule *snapshot.Rule, d decision.Decision) (decision.Decision, error)
+	// Limits are the limits of req when rules of kinds other than the
+	// default apply to it (primary first, when not nil); nil when primary
+	// alone limits it. An error is a decision.HeaderError (400).
+	Limits(req decision.Request, primary *snapshot.Rule) ([]decision.Limit, error)
+	// DecideStack decides limits in order; a refusal gives back what the
+	// limits before it took.
+	DecideStack(ctx context.Context, req decision.Request, limits []decision.Limit, costs []int64) (decision.Stacked, error)
+	// Refunds gives back what every decision of st took.
+	Refunds(ctx context.Context, st *decision.Stacked)
 }
 
 // Handler is the gateway's http.Handler.
@@ -148,16 +163,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	if wait, blocked := h.opts.Failures.Blocked(r.RemoteAddr); blocked {
+	addr := h.clientAddr(r)
+	if wait, blocked := h.opts.Failures.BlockedAddr(addr); blocked {
 		h.refuseFailures(w, up.id, wait)
 		return
 	}
-	caller, err := h.chain.Identify(r.Context(), r.Header)
+	caller, err := h.identify(r, up)
 	if err == nil {
-		h.limitAndForward(w, r, up, caller, body)
+		h.limitAndForward(w, r, up, caller, addr, body)
 		return
 	}
-	if wait, ok := h.opts.Failures.Fail(r.RemoteAddr); !ok {
+	if wait, ok := h.opts.Failures.FailAddr(addr); !ok {
 		h.refuseFailures(w, up.id, wait)
 		return
 	}
@@ -188,10 +204,30 @@ func (h *Handler) failures(err error) prometheus.Counter {
 // limitAndForward asks the limiter and forwards or rejects. The request's
 // cost comes from its rule (spec.cost.request; a malformed cost header is
 // answered 400); a rule with a response cost charges it once the response
-// is over (settle), before the handler returns.
-func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *upstream, caller identity.Caller, body *deadlineBody) {
+// is over (settle), before the handler returns. When rules of other kinds
+// (spec.by, spec.shared) apply too, limitStacked decides them all. A
+// request without an identity has no rule of the default kind.
+func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *upstream, caller identity.Caller, addr netip.Addr, body *deadlineBody) {
 	tenant := caller.Tenant
-	rule := h.opts.Decider.RuleFor(tenant, up.id, caller.Claims)
+	var rule *snapshot.Rule
+	if tenant != "" {
+		rule = h.opts.Decider.RuleFor(tenant, up.id, caller.Claims)
+	}
+	req := decision.Request{Tenant: tenant, Route: up.id, Claims: caller.Claims, Addr: addr, Method: r.Method, Path: r.URL.Path, Header: r.Header}
+	limits, err := h.opts.Decider.Limits(req, rule)
+	switch {
+	case err != nil:
+		h.reply(w, up.id, http.StatusBadRequest, err.Error())
+		return
+	case limits != nil:
+		h.limitStacked(w, r, up, caller, req, limits, body)
+		return
+	case rule == nil:
+		// Anonymous, and no rule limits anonymous requests here.
+		up.count(metrics.Allowed, limiter.SourceRedis)
+		h.forward(w, r, up, caller, nil, decision.Decision{}, body, nil)
+		return
+	}
 	cost, err := requestCost(r, rule.Cost)
 	if err != nil {
 		h.reply(w, up.id, http.StatusBadRequest, err.Error())
@@ -209,18 +245,35 @@ func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *up
 	if !h.admit(w, up, rule, d, cost) {
 		return
 	}
-	// The slot is released when forwarding ends: the response body sent,
-	// the client gone, the upstream failed, an upgraded connection closed,
-	// or a panic (http.ErrAbortHandler) on the way out.
-	slot, ok := h.takeSlot(w, r, up, tenant, rule, d)
-	if !ok {
-		return
+	h.forward(w, r, up, caller, rule, d, body, nil)
+}
+
+// forward sends an admitted request upstream: with its concurrency slot
+// and response cost when rule (the default kind's, decided d; nil for an
+// anonymous request) has them. refused, when not nil, is called when the
+// slot refuses the request, to give back what other limits took.
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, up *upstream, caller identity.Caller, rule *snapshot.Rule, d decision.Decision, body *deadlineBody, refused func()) {
+	tenant := caller.Tenant
+	if rule != nil {
+		// The slot is released when forwarding ends: the response body
+		// sent, the client gone, the upstream failed, an upgraded
+		// connection closed, or a panic (http.ErrAbortHandler) on the way
+		// out.
+		slot, ok := h.takeSlot(w, r, up, tenant, rule, d)
+		if !ok {
+			if refused != nil {
+				refused()
+			}
+			return
+		}
+		defer slot.release()
 	}
-	defer slot.release()
 	// The upstream learns the tenant, never the credential (forwardIdentity,
 	// stripCredential).
 	stripCredential(r, up, caller)
-	r.Header[h.tenantHeader] = []string{caller.Tenant}
+	if tenant != "" {
+		r.Header[h.tenantHeader] = []string{tenant}
+	}
 	if body != nil {
 		// The body is read while forwarding: the upstream's error handler
 		// finds it in the context to tell a client's timeout from the
@@ -228,7 +281,7 @@ func (h *Handler) limitAndForward(w http.ResponseWriter, r *http.Request, up *up
 		r.Body = body
 		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, body))
 	}
-	if m := newMeter(rule); m != nil {
+	if m := ruleMeter(rule); m != nil {
 		r = m.attach(r, h.drains, up.timeout)
 		// Deferred: the reverse proxy panics (http.ErrAbortHandler) when
 		// the copy of the body fails; the response is charged all the same.

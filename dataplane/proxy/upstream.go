@@ -37,6 +37,8 @@ type upstream struct {
 	// forwardAuthorization: the route forwards the Authorization header
 	// even when the identity came from it.
 	forwardAuthorization bool
+	// identity is the route's identity mode (required, optional, none).
+	identity routing.Identity
 }
 
 // numSources is the number of limiter.Source values; sourceName labels one.
@@ -113,6 +115,7 @@ func (u *upstreams) get(router routing.Router, route routing.Route) *upstream {
 	return u.cur.get(router, route, func() *upstream {
 		up := u.build(route)
 		up.forwardAuthorization = route.ForwardsAuthorization()
+		up.identity = route.Identity()
 		return up
 	})
 }

@@ -50,6 +50,9 @@ func (r *Route) HeaderTimeout() time.Duration { return r.Timeout }
 // RequestTimeout is 0: the route file bounds the response headers only.
 func (r *Route) RequestTimeout() time.Duration { return 0 }
 
+// Identity is r.IdentityMode.
+func (r *Route) Identity() routing.Identity { return r.IdentityMode }
+
 // ForwardsAuthorization is r.ForwardAuthorization.
 func (r *Route) ForwardsAuthorization() bool { return r.ForwardAuthorization }
 

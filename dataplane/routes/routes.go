@@ -16,6 +16,7 @@
 //	    stripPrefix: false               # optional, only with pathPrefix
 //	    timeout: 30s                     # optional response-header timeout, (0, 10m]; default: the gateway's --upstream-timeout
 //	    forwardAuthorization: false      # optional; true forwards a bearer token that identified the request
+//	    identity: required               # optional: required (default; 401 without a credential), optional (anonymous without one), none (never read)
 //
 // Unknown fields, duplicate keys and duplicate ids are errors, and so is a file
 // without a top-level "routes" key, such as an empty file. An empty
@@ -33,6 +34,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/dataplane/routing"
 	"github.com/tollgate-dev/tollgate/internal/lib/filewatch"
 	"github.com/tollgate-dev/tollgate/internal/lib/strictdecode"
 	"github.com/tollgate-dev/tollgate/internal/lib/urlpath"
@@ -84,6 +86,9 @@ type Route struct {
 	// then. A header that did not identify the request is forwarded
 	// either way.
 	ForwardAuthorization bool `json:"forwardAuthorization,omitempty"`
+	// IdentityMode is the route's identity field: required (the
+	// default), optional or none.
+	IdentityMode routing.Identity `json:"-"`
 }
 
 // routeFile is the file form of a Route.
@@ -97,7 +102,8 @@ type routeFile struct {
 	StripPrefix bool     `json:"stripPrefix,omitempty"`
 	Timeout     string   `json:"timeout,omitempty"`
 
-	ForwardAuthorization bool `json:"forwardAuthorization,omitempty"`
+	ForwardAuthorization bool   `json:"forwardAuthorization,omitempty"`
+	Identity             string `json:"identity,omitempty"`
 }
 
 // MarshalJSON encodes r in the route file form: Upstream as a URL string and
@@ -112,6 +118,9 @@ func (r Route) MarshalJSON() ([]byte, error) {
 		StripPrefix: r.StripPrefix,
 
 		ForwardAuthorization: r.ForwardAuthorization,
+	}
+	if r.IdentityMode != routing.IdentityRequired {
+		f.Identity = r.IdentityMode.String()
 	}
 	if r.Upstream != nil {
 		f.Upstream = r.Upstream.String()
@@ -213,6 +222,7 @@ var wants = map[string]string{
 	"timeout":     `a duration string such as "30s"`,
 
 	"forwardAuthorization": "a boolean",
+	"identity":             "a string: required, optional or none",
 }
 
 // label names route i in error messages.
@@ -250,6 +260,7 @@ func parseRoute(i int, raw json.RawMessage) (Route, []error) {
 	r.Upstream = c.upstream(f.Upstream)
 	r.Host = c.host(f.Host)
 	r.Timeout = c.timeout(f.Timeout)
+	r.IdentityMode = c.identity(f.Identity)
 	return r, c.errs
 }
 
@@ -262,6 +273,14 @@ type routeCheck struct {
 
 func (c *routeCheck) fail(field, format string, args ...any) {
 	c.errs = append(c.errs, fmt.Errorf("%s: %s: %s", c.where, field, fmt.Sprintf(format, args...)))
+}
+
+func (c *routeCheck) identity(s string) routing.Identity {
+	mode, ok := routing.ParseIdentity(s)
+	if !ok {
+		c.fail("identity", "must be required, optional or none")
+	}
+	return mode
 }
 
 func (c *routeCheck) id(id string) {

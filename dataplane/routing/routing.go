@@ -53,6 +53,8 @@ type Route interface {
 	// even when the request's identity came from it (a bearer token the
 	// upstream verifies again); otherwise the proxy removes it then.
 	ForwardsAuthorization() bool
+	// Identity is what the route requires of a request's identity.
+	Identity() Identity
 	// Redirect is nil for a route that forwards; otherwise the route
 	// answers every request itself with a redirect (a 3xx response) and
 	// forwards nothing.
@@ -88,4 +90,40 @@ func NotFound() Refusal {
 // routes of other methods, allow.
 func MethodNotAllowed(allow []string) Refusal {
 	return Refusal{Status: http.StatusMethodNotAllowed, Message: "method not allowed on this route", Allow: allow}
+}
+
+// Identity is what a route requires of a request's identity (the routes
+// file's identity field, the HTTPRoute annotation
+// ratelimit.tollgate.dev/identity).
+type Identity uint8
+
+const (
+	// IdentityRequired (the default): a request without a credential is
+	// answered 401.
+	IdentityRequired Identity = iota
+	// IdentityOptional: a request with a credential is identified (a bad
+	// one is still refused); one without is anonymous, limited by the
+	// rules not keyed by tenant (address, header, shared, ...).
+	IdentityOptional
+	// IdentityNone: credentials are never read (the API key header is
+	// still removed before forwarding); every request is anonymous.
+	IdentityNone
+)
+
+// ParseIdentity reads an identity value: "" or "required", "optional",
+// "none".
+func ParseIdentity(s string) (Identity, bool) {
+	switch s {
+	case "", "required":
+		return IdentityRequired, true
+	case "optional":
+		return IdentityOptional, true
+	case "none":
+		return IdentityNone, true
+	}
+	return IdentityRequired, false
+}
+
+func (i Identity) String() string {
+	return [...]string{"required", "optional", "none"}[min(int(i), 2)]
 }

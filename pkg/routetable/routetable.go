@@ -143,7 +143,17 @@ type Rule struct {
 	// AnnotationForwardAuthorization is "true": the Authorization header
 	// goes upstream even when the request's identity came from it.
 	ForwardAuthorization bool `json:"forwardAuthorization,omitempty"`
+	// IdentityMode is the HTTPRoute's annotation AnnotationIdentity:
+	// "" (required), "optional" or "none".
+	IdentityMode string `json:"identity,omitempty"`
 }
+
+// AnnotationIdentity on an HTTPRoute is what its rules require of a
+// request's identity: required (the default), optional (a request without
+// a credential is anonymous, limited by the rules not keyed by tenant) or
+// none (credentials are never read). Another value is refused: the route
+// stays required and its Accepted condition says why.
+const AnnotationIdentity = "ratelimit.tollgate.dev/identity"
 
 // AnnotationForwardAuthorization on an HTTPRoute, "true", makes its rules
 // forward the Authorization header upstream even when the gateway
