@@ -160,3 +160,35 @@ func TestStackedRefusalTakesNothing(t *testing.T) {
 		t.Fatalf("a refused request changed Redis:\nbefore %v\nafter  %v", before, after)
 	}
 }
+
+// TestStackedLocalFallbackShares: the local fallback, as each of 3
+// gateways enforces it while Redis cannot answer, applies 1/N to each
+// limit: a per-address 6 admits 2 per address, a tenant's budget of 9 across
+// routes 3, a per-route 30 does not bind.
+func TestStackedLocalFallbackShares(t *testing.T) {
+	store := rules.NewStore(slow("*", "*", 1000))
+	store.Replace(snapshot.Build([]snapshot.Rule{slow("*", "*", 30), slow("*", "*", 9, byTenant), slow("*", "login", 6, byAddress)}, 1))
+	local := limiter.NewLocal(limiter.LocalOptions{Replicas: func() int { return 3 }})
+	e := decision.New(decision.Options{Rules: store, Limiter: local, Replicas: func() int { return 3 }})
+	perAddress := map[string]int{}
+	for i := range 12 {
+		a := netip.AddrFrom4([4]byte{198, 51, 100, byte(i % 3)})
+		if pass(t, e, &decision.Request{Route: "login", Addr: a}) {
+			perAddress[a.String()]++
+		}
+	}
+	for a, n := range perAddress {
+		if n != 2 {
+			t.Errorf("address %s admitted %d, want 6/3 = 2", a, n)
+		}
+	}
+	budget := 0
+	for i := range 8 {
+		if pass(t, e, &decision.Request{Tenant: "shop-a", Route: fmt.Sprintf("r%d", i%4), Addr: netip.MustParseAddr("192.0.2.1")}) {
+			budget++
+		}
+	}
+	if budget != 3 {
+		t.Errorf("shop-a across routes admitted %d, want 9/3 = 3", budget)
+	}
+}

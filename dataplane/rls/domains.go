@@ -5,17 +5,45 @@ import (
 	"fmt"
 	"strings"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/internal/lib/strictdecode"
 	"github.com/tollgate-dev/tollgate/pkg/clip"
 )
 
-// Default descriptor keys: a descriptor's "tenant" entry names the tenant and
-// its "route" entry the route.
+// Default descriptor keys: a descriptor's "tenant" entry names the tenant,
+// its "route" entry the route and its "remote_address" entry (Envoy's
+// remote_address action) the client address.
 const (
-	DefaultTenantKey = "tenant"
-	DefaultRouteKey  = "route"
+	DefaultTenantKey  = "tenant"
+	DefaultRouteKey   = "route"
+	DefaultAddressKey = "remote_address"
 )
+
+// maxHeaderKeys bounds a domain's headers map.
+const maxHeaderKeys = 16
+
+// checkKeys checks the address key and the headers map: valid names, no
+// key used twice.
+func (d *Domain) checkKeys() []string {
+	var bad []string
+	if !validName(d.AddressKey) {
+		bad = append(bad, fmt.Sprintf("addressKey: 1 to %d printable ASCII characters without spaces", maxNameLength))
+	}
+	if len(d.Headers) > maxHeaderKeys {
+		bad = append(bad, fmt.Sprintf("headers: %d entries, at most %d", len(d.Headers), maxHeaderKeys))
+	}
+	for k, h := range d.Headers {
+		switch {
+		case !validName(k) || k == d.TenantKey || k == d.RouteKey || k == d.AddressKey || k == ChargeKey:
+			bad = append(bad, fmt.Sprintf("headers: key %q must be a valid name other than tenantKey, routeKey, addressKey and %s", clip.String(k), ChargeKey))
+		case h != ":method" && h != ":path" && !httpguts.ValidHeaderFieldName(h):
+			bad = append(bad, fmt.Sprintf("headers[%s]: %q is not a header name (or :method, :path)", clip.String(k), clip.String(h)))
+		}
+	}
+	return bad
+}
 
 // Bounds of the domain file.
 const (
@@ -38,6 +66,22 @@ type Domain struct {
 	// DefaultRoute is the route of descriptors without a RouteKey entry;
 	// empty: such descriptors are refused.
 	DefaultRoute string `json:"defaultRoute,omitempty"`
+	// TenantOptional makes a descriptor without a TenantKey entry
+	// anonymous, as a request on an HTTP route with identity optional:
+	// only the rules not keyed by tenant (spec.by clientAddress, header,
+	// ..., spec.shared) limit it. Default false: such a descriptor is
+	// refused.
+	TenantOptional bool `json:"tenantOptional,omitempty"`
+	// AddressKey is the descriptor entry key whose value is the client
+	// address (Envoy's remote_address action), for rules keyed by
+	// clientAddress. Default "remote_address".
+	AddressKey string `json:"addressKey,omitempty"`
+	// Headers maps descriptor entry keys to request header names (Envoy's
+	// request_headers action: descriptor_key -> header_name), for rules
+	// keyed by header: {client_id: X-Client-Id} gives the X-Client-Id
+	// part the value of the client_id entry. ":method" and ":path" give
+	// the method and path parts. At most 16.
+	Headers map[string]string `json:"headers,omitempty"`
 
 	// label is the route label of this domain's decisions in
 	// tollgate_gateway_decisions_total.
@@ -56,7 +100,7 @@ type Domains struct {
 }
 
 // defaultDomain is the mapping of every domain when none is configured.
-var defaultDomain = &Domain{TenantKey: DefaultTenantKey, RouteKey: DefaultRouteKey, label: "rls"}
+var defaultDomain = &Domain{TenantKey: DefaultTenantKey, RouteKey: DefaultRouteKey, AddressKey: DefaultAddressKey, label: "rls"}
 
 // NewDomains validates and compiles a domain list.
 func NewDomains(list []Domain) (*Domains, error) {
@@ -76,6 +120,9 @@ func NewDomains(list []Domain) (*Domains, error) {
 		if d.RouteKey == "" {
 			d.RouteKey = DefaultRouteKey
 		}
+		if d.AddressKey == "" {
+			d.AddressKey = DefaultAddressKey
+		}
 		var bad []string
 		if !validName(d.Name) {
 			bad = append(bad, fmt.Sprintf("name: required, 1 to %d printable ASCII characters without spaces", maxNameLength))
@@ -91,6 +138,7 @@ func NewDomains(list []Domain) (*Domains, error) {
 		if d.TenantKey == d.RouteKey {
 			bad = append(bad, fmt.Sprintf("tenantKey and routeKey are both %q", clip.String(d.TenantKey)))
 		}
+		bad = append(bad, d.checkKeys()...)
 		if d.DefaultRoute != "" && !v1alpha1.ValidIdentifier(d.DefaultRoute) {
 			bad = append(bad, fmt.Sprintf("defaultRoute %q: not a valid route id (1-64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit)", clip.String(d.DefaultRoute)))
 		}
@@ -115,6 +163,9 @@ func NewDomains(list []Domain) (*Domains, error) {
 //	    tenantKey: tenant     # default "tenant"
 //	    routeKey: route       # default "route"
 //	    defaultRoute: api     # optional: route of descriptors without a routeKey entry
+//	    tenantOptional: false # optional: true makes descriptors without a tenantKey entry anonymous
+//	    addressKey: remote_address  # the entry holding the client address (default)
+//	    headers: {client_id: X-Client-Id}  # optional: entries that give request headers (or :method, :path)
 //
 // Parsing is strict: unknown or misspelt fields (keys are case-sensitive),
 // duplicate keys and wrong types are errors.
@@ -128,7 +179,7 @@ func ParseDomains(data []byte) (*Domains, error) {
 	}
 	var f file
 	if err := strictdecode.Decode(js, &f); err != nil {
-		return nil, fmt.Errorf(`want a mapping "domains: [{name, tenantKey, routeKey, defaultRoute}]": %w`, err)
+		return nil, fmt.Errorf(`want a mapping "domains: [{name, tenantKey, routeKey, defaultRoute, tenantOptional, addressKey, headers}]": %w`, err)
 	}
 	return NewDomains(f.Domains)
 }

@@ -2,6 +2,8 @@ package rls
 
 import (
 	"fmt"
+	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 
@@ -34,9 +36,16 @@ const ChargeKey = "tollgate.dev/charge"
 // Target is what one descriptor asks for: cost tokens from the bucket of
 // tenant on route, or (Charge) a charge of cost tokens after the response.
 type Target struct {
+	// Tenant is "" for an anonymous descriptor (Domain.TenantOptional).
 	Tenant, Route string
 	Cost          int64
 	Charge        bool
+	// Addr, Method, Path and Header are what the descriptor's entries give
+	// for rules keyed by clientAddress, method, path and header
+	// (Domain.AddressKey, Domain.Headers); zero when absent.
+	Addr         netip.Addr
+	Method, Path string
+	Header       http.Header
 }
 
 // requestError is a malformed request; its text goes back to the caller.
@@ -119,7 +128,21 @@ func (dom *Domain) target(d *ratelimitv3.RateLimitDescriptor, reqCost int64) (Ta
 			haveRoute, t.Route = true, e.GetValue()
 		case ChargeKey:
 			t.Charge = true
+		case dom.AddressKey:
+			if t.Addr.IsValid() {
+				return Target{}, fmt.Errorf("entry %q appears twice", dom.AddressKey)
+			}
+			a, err := netip.ParseAddr(e.GetValue())
+			if err != nil {
+				return Target{}, fmt.Errorf("the %q value %q is not an IP address", dom.AddressKey, clip.String(e.GetValue()))
+			}
+			t.Addr = a.Unmap()
+		default:
+			dom.headerEntry(&t, e.GetKey(), e.GetValue())
 		}
+	}
+	if !haveTenant && dom.TenantOptional {
+		return dom.anonymous(t, d, reqCost)
 	}
 	if !haveTenant {
 		return Target{}, fmt.Errorf("no %q entry: it names the tenant%s", dom.TenantKey, dom.inDomain())
@@ -136,6 +159,47 @@ func (dom *Domain) target(d *ratelimitv3.RateLimitDescriptor, reqCost int64) (Ta
 	} else if why := invalidID(t.Route); why != "" {
 		return Target{}, fmt.Errorf("the %q value %q is not a valid route id: %s", dom.RouteKey, clip.String(t.Route), why)
 	}
+	return dom.cost(t, d, reqCost)
+}
+
+// anonymous completes the target of a descriptor without a tenant entry:
+// its route, as for any descriptor, and its cost. It cannot be a charge:
+// a response cost is per tenant.
+func (dom *Domain) anonymous(t Target, d *ratelimitv3.RateLimitDescriptor, reqCost int64) (Target, error) {
+	if t.Charge {
+		return Target{}, fmt.Errorf("a charge (%s) needs a %q entry", ChargeKey, dom.TenantKey)
+	}
+	if t.Route == "" {
+		t.Route = dom.DefaultRoute
+	}
+	if why := invalidID(t.Route); why != "" {
+		return Target{}, fmt.Errorf("no valid %q entry: it names the route%s: %s", dom.RouteKey, dom.inDomain(), why)
+	}
+	return dom.cost(t, d, reqCost)
+}
+
+// headerEntry records an entry the domain maps to a request header (or to
+// the method or path) in t.
+func (dom *Domain) headerEntry(t *Target, key, value string) {
+	name, ok := dom.Headers[key]
+	switch {
+	case !ok:
+	case name == ":method":
+		t.Method = value
+	case name == ":path":
+		t.Path = value
+	default:
+		if t.Header == nil {
+			t.Header = http.Header{}
+		}
+		name = http.CanonicalHeaderKey(name)
+		t.Header[name] = append(t.Header[name], value)
+	}
+}
+
+// cost sets t's cost: the descriptor's hits_addend, else the request's,
+// at least 1.
+func (dom *Domain) cost(t Target, d *ratelimitv3.RateLimitDescriptor, reqCost int64) (Target, error) {
 	if d.GetIsNegativeHits() {
 		return Target{}, fmt.Errorf("is_negative_hits is not supported: tollgate never hands tokens back")
 	}

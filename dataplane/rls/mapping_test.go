@@ -2,6 +2,9 @@ package rls
 
 import (
 	"context"
+	"errors"
+	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -53,8 +56,8 @@ func TestMapDefaultKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Target{{"shop-a", "create-order", 1, false}, {"shop-b", "list-orders", 7, false}, {"shop-c", "chat", 250, true}}
-	if len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+	want := []Target{{Tenant: "shop-a", Route: "create-order", Cost: 1, Addr: netip.MustParseAddr("10.0.0.1")}, {Tenant: "shop-b", Route: "list-orders", Cost: 7}, {Tenant: "shop-c", Route: "chat", Cost: 250, Charge: true}}
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
 	if dom.label != "rls" {
@@ -99,13 +102,13 @@ domains:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got[0] != (Target{Tenant: "shop-a", Route: "create-order", Cost: 1}) || got[1] != (Target{Tenant: "shop-b", Route: "api", Cost: 1}) {
+	if !reflect.DeepEqual(got, []Target{{Tenant: "shop-a", Route: "create-order", Cost: 1}, {Tenant: "shop-b", Route: "api", Cost: 1}}) {
 		t.Errorf("got %+v", got)
 	}
 	if dom.label != "rls:edge" {
 		t.Errorf("label %q", dom.label)
 	}
-	if got, _, err := ds.Map(req("internal", 0, desc("tenant", "x", "route", "y"))); err != nil || got[0] != (Target{Tenant: "x", Route: "y", Cost: 1}) {
+	if got, _, err := ds.Map(req("internal", 0, desc("tenant", "x", "route", "y"))); err != nil || !reflect.DeepEqual(got[0], Target{Tenant: "x", Route: "y", Cost: 1}) {
 		t.Errorf("internal: %+v %v", got, err)
 	}
 	_, _, err = ds.Map(req("other", 0, desc("tenant", "x", "route", "y")))
@@ -235,6 +238,16 @@ func (okDecider) Decide(_ context.Context, tenant, route string, cost int64) (de
 	return decision.Decision{Outcome: limiter.Outcome{Allowed: true, Remaining: 10 - cost}, Limit: 10}, rule, nil
 }
 
+func (okDecider) Rule(tenant, route string) *snapshot.Rule {
+	return &snapshot.Rule{Tenant: tenant, Route: route, Capacity: 10, RefillTokens: 1, RefillPeriodMs: 1000}
+}
+
+func (okDecider) Limits(decision.Request, *snapshot.Rule) ([]decision.Limit, error) { return nil, nil }
+
+func (okDecider) DecideStack(context.Context, decision.Request, []decision.Limit, []int64) (decision.Stacked, error) {
+	return decision.Stacked{}, errors.New("okDecider stacks no limits")
+}
+
 func TestServerRefusesWithInvalidArgument(t *testing.T) {
 	s := New(Options{Decider: okDecider{}})
 	for _, r := range []*rlsv3.RateLimitRequest{nil, {}, req("d", 0, nil)} {
@@ -317,7 +330,7 @@ func FuzzParseDomains(f *testing.F) {
 }
 
 // failingDecider stands for a limiter without a failure mode.
-type failingDecider struct{}
+type failingDecider struct{ okDecider }
 
 func (failingDecider) Decide(context.Context, string, string, int64) (decision.Decision, *snapshot.Rule, error) {
 	return decision.Decision{}, nil, context.DeadlineExceeded

@@ -41,13 +41,20 @@ const logInterval = 10 * time.Second
 // Decider makes one rate limit decision; decision.Engine implements it.
 type Decider interface {
 	Decide(ctx context.Context, tenant, route string, cost int64) (decision.Decision, *snapshot.Rule, error)
+	// Rule is the rule of the default kind in force for tenant on route.
+	Rule(tenant, route string) *snapshot.Rule
+	// Limits are the limits of req when rules of other kinds (spec.by,
+	// spec.shared) apply to it; nil when primary alone does.
+	Limits(req decision.Request, primary *snapshot.Rule) ([]decision.Limit, error)
+	// DecideStack decides limits in order; a refusal gives back what the
+	// limits before it took.
+	DecideStack(ctx context.Context, req decision.Request, limits []decision.Limit, costs []int64) (decision.Stacked, error)
 }
 
 // Charger charges a cost after a response, into debt if need be;
 // decision.Engine implements it. A Decider without it refuses charges
 // (ChargeKey) with codes.Unimplemented.
 type Charger interface {
-	Rule(tenant, route string) *snapshot.Rule
 	Charge(ctx context.Context, tenant, route string, rule *snapshot.Rule, cost int64) limiter.Charged
 }
 
@@ -95,11 +102,17 @@ var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
 
 // decided is one descriptor's decision.
 type decided struct {
-	t      Target
-	d      decision.Decision
-	rule   *snapshot.Rule
-	over   bool // enforced rejection: OVER_LIMIT
-	shadow bool // a Shadow rule would have rejected
+	t    Target
+	d    decision.Decision
+	rule *snapshot.Rule
+	// stack is set when several limits decided (spec.by, spec.shared):
+	// d and rule are then the binding limit's.
+	stack *decision.Stacked
+	// unlimited: an anonymous descriptor no rule limits (OK, no limit to
+	// report).
+	unlimited bool
+	over      bool // enforced rejection: OVER_LIMIT
+	shadow    bool // a Shadow rule would have rejected
 }
 
 // ShouldRateLimit decides every descriptor of req. A malformed request is
@@ -124,25 +137,32 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	counters := s.countersFor(dom.label)
 	for _, t := range targets {
-		d, rule, err := s.decide(ctx, t)
-		if status.Code(err) == codes.Unimplemented {
+		r, err := s.decideAll(ctx, t)
+		if c := status.Code(err); c == codes.Unimplemented || c == codes.InvalidArgument {
 			return nil, err
 		}
 		if err != nil {
 			s.log.Error(err, "limiter failed", "route", dom.label)
 			return nil, status.Error(codes.Unavailable, "rate limiter unavailable")
 		}
+		if r.unlimited {
+			counters.Inc(metrics.Allowed, int(limiter.SourceRedis))
+			results = append(results, r)
+			continue
+		}
+		d, rule := r.d, r.rule
 		if rule == nil {
 			return nil, status.Error(codes.Internal, "no rule for a decision")
 		}
 		if rule.MaxInFlight > 0 {
 			s.noteUnenforced(rule)
 		}
-		r := decided{t: t, d: d, rule: rule}
 		result := metrics.Allowed
 		switch {
 		case d.Allowed:
-		case rule.Shadow:
+		case r.stack != nil && r.stack.Refused:
+			r.over, result = true, metrics.Rejected
+		case rule.Shadow || r.stack != nil && r.stack.Shadowed:
 			r.shadow, result = true, metrics.ShadowRejected
 		default:
 			r.over, result = true, metrics.Rejected
@@ -151,6 +171,47 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		results = append(results, r)
 	}
 	return s.response(results), nil
+}
+
+// decideAll decides for one target: under the default kind's rule alone
+// (decide), or, when rules of other kinds apply to it, under every limit
+// in order (a refusal gives back what the limits before it took), the
+// descriptor then described by the binding limit. An anonymous target
+// (Domain.TenantOptional) no rule limits is unlimited.
+func (s *Server) decideAll(ctx context.Context, t Target) (decided, error) {
+	r := decided{t: t}
+	var primary *snapshot.Rule
+	if t.Tenant != "" && !t.Charge {
+		primary = s.opts.Decider.Rule(t.Tenant, t.Route)
+	}
+	var limits []decision.Limit
+	req := decision.Request{Tenant: t.Tenant, Route: t.Route, Addr: t.Addr, Method: t.Method, Path: t.Path, Header: t.Header}
+	if !t.Charge {
+		var err error
+		if limits, err = s.opts.Decider.Limits(req, primary); err != nil {
+			return r, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	if limits == nil {
+		if t.Tenant == "" {
+			r.unlimited = true
+			return r, nil
+		}
+		var err error
+		r.d, r.rule, err = s.decide(ctx, t)
+		return r, err
+	}
+	costs := make([]int64, len(limits))
+	for i := range costs {
+		costs[i] = t.Cost
+	}
+	st, err := s.opts.Decider.DecideStack(ctx, req, limits, costs)
+	if err != nil {
+		return r, err
+	}
+	r.stack = &st
+	r.d, r.rule, _ = st.Bound()
+	return r, nil
 }
 
 // decide decides for one target: a decision, or a charge (always
@@ -163,7 +224,7 @@ func (s *Server) decide(ctx context.Context, t Target) (decision.Decision, *snap
 	if !ok {
 		return decision.Decision{}, nil, status.Error(codes.Unimplemented, "this rate limit service cannot charge")
 	}
-	rule := c.Rule(t.Tenant, t.Route)
+	rule := s.opts.Decider.Rule(t.Tenant, t.Route)
 	ch := c.Charge(ctx, t.Tenant, t.Route, rule, t.Cost)
 	limit := max(1, int64(rule.RegionCapacity(s.opts.Region)))
 	return decision.Decision{Outcome: limiter.Outcome{Allowed: true, Remaining: max(0, ch.Remaining), Source: ch.Source}, Limit: limit}, rule, nil
@@ -234,6 +295,9 @@ func (s *Server) response(results []decided) *rlsv3.RateLimitResponse {
 	}
 
 	t := &results[tightest]
+	if t.unlimited {
+		return res // every descriptor anonymous and unlimited: no limit to report
+	}
 	remaining := limitheaders.RemainingOf(t.d)
 	if res.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		remaining = 0
@@ -267,7 +331,17 @@ func (s *Server) response(results []decided) *rlsv3.RateLimitResponse {
 func ietfHeaders(results []decided) (policy, state string) {
 	items := make([]limitheaders.Item, 0, len(results))
 	for i := range results {
-		items = append(items, limitheaders.Items(results[i].t.Route, results[i].rule, results[i].d)...)
+		r := &results[i]
+		switch {
+		case r.unlimited:
+		case r.stack != nil:
+			for j, d := range r.stack.Decisions {
+				l := r.stack.Limits[j]
+				items = append(items, limitheaders.Items(l.Name, l.Rule, d)...)
+			}
+		default:
+			items = append(items, limitheaders.Items(r.t.Route, r.rule, r.d)...)
+		}
 	}
 	return limitheaders.FormatPolicy(items), limitheaders.FormatState(items)
 }
@@ -279,6 +353,10 @@ func ietfHeaders(results []decided) (policy, state string) {
 // quota (its limit per DAY, WEEK or MONTH, what is left in the period, the
 // time until the period ends). It is built in p.
 func (s *Server) descriptorStatus(r *decided, code rlsv3.RateLimitResponse_Code, p *statusParts) *rlsv3.RateLimitResponse_DescriptorStatus {
+	if r.unlimited {
+		p.status.Code = code
+		return &p.status
+	}
 	st, limit := &p.status, &p.limit
 	st.Code, st.CurrentLimit, st.DurationUntilReset = code, limit, &p.reset
 	if limitheaders.QuotaBinds(r.d) {
@@ -293,7 +371,7 @@ func (s *Server) descriptorStatus(r *decided, code rlsv3.RateLimitResponse_Code,
 		return st
 	}
 	tokens, period := r.rule.RegionRefill(s.opts.Region)
-	limit.Name = r.t.Route
+	limit.Name = r.rule.Name(r.t.Route)
 	limit.RequestsPerUnit, limit.Unit = RateUnit(tokens, period)
 	st.LimitRemaining = clampUint32(limitheaders.RemainingOf(r.d))
 	setDuration(&p.reset, r.d.ResetAfter)
@@ -316,6 +394,9 @@ var quotaUnits = map[snapshot.QuotaPeriod]rlsv3.RateLimitResponse_RateLimit_Unit
 // tighter reports whether a constrains the request more than b: over the
 // limit first, then fewer tokens left, then the smaller limit.
 func tighter(a, b *decided) bool {
+	if a.unlimited != b.unlimited {
+		return b.unlimited
+	}
 	if a.over != b.over {
 		return a.over
 	}

@@ -19,6 +19,7 @@ import (
 // the service's own work (mapping, the response, its encoding), not the
 // limiter's, which BenchmarkChainAllow measures on a real Redis.
 type constDecider struct {
+	okDecider
 	d    decision.Decision
 	rule *snapshot.Rule
 }
