@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
 	"net/url"
 
 	"github.com/spf13/cobra"
@@ -15,7 +16,9 @@ import (
 // explainOptions are the flags of "tollgate explain".
 type explainOptions struct {
 	tenant, route, admin, output, pod string
-	gw                                gatewayFlags
+	// address is the client address for the rules keyed by it.
+	address string
+	gw      gatewayFlags
 	// kubectl: run as kubectl tollgate, where the gateways are found
 	// through the kubeconfig unless --admin is given.
 	kubectl bool
@@ -37,7 +40,11 @@ requests on route R, without taking a token:
     where it is stored, and the TTL), read with read-only commands (HGET, and
     PTTL and TIME in an EVAL_RO script) that cannot modify it;
   - the prefetched tokens this gateway holds, the breaker state of each Redis
-    node, the live replica count N, and the local fallback's bucket.
+    node, the live replica count N, and the local fallback's bucket;
+  - when rules of other kinds stack on it (spec.by, spec.shared: a
+    tenant's budget across routes, a limit per client address given with
+    --address, a shared ceiling), every limit that applies, its bucket and
+    its tokens, and the one that decides now.
 
 It takes a tenant id, never an API key (with --identity mapped, look the
 tenant up in your key file), and its output holds no key. Each gateway holds
@@ -59,6 +66,7 @@ server's pod proxy): --pod, else the first live gateway.`,
 	fs := cmd.Flags()
 	fs.StringVar(&o.tenant, "tenant", "", "Tenant id (required; never an API key).")
 	fs.StringVar(&o.route, "route", "", "Route id (required).")
+	fs.StringVar(&o.address, "address", "", "Client address, for the rules keyed by clientAddress (optional).")
 	fs.StringVar(&o.admin, "admin", "127.0.0.1:9090", "The gateway's admin listener (its --admin-listen), host:port or an http(s) URL.")
 	fs.StringVar(&o.pod, "pod", "", "Ask this gateway pod, found through the kubeconfig (default as kubectl tollgate: the first live gateway).")
 	fs.StringVarP(&o.output, "output", "o", "text", "Output format: text or json.")
@@ -77,8 +85,15 @@ func (o *explainOptions) run(ctx context.Context, out io.Writer, adminSet bool) 
 	if err != nil {
 		return err
 	}
+	q := url.Values{"tenant": {o.tenant}, "route": {o.route}}
+	if o.address != "" {
+		if _, err := netip.ParseAddr(o.address); err != nil {
+			return fmt.Errorf("--address: %q is not an IP address", o.address)
+		}
+		q.Set("address", o.address)
+	}
 	var body json.RawMessage
-	if err := t.call(ctx, "GET", "/debug/explain", url.Values{"tenant": {o.tenant}, "route": {o.route}}, "", &body); err != nil {
+	if err := t.call(ctx, "GET", "/debug/explain", q, "", &body); err != nil {
 		return err
 	}
 	if o.output == "json" {

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
@@ -44,19 +43,19 @@ type compiled struct {
 // with snapshot.Compile and indexes the verdicts by UID. A refused rule takes
 // no part in conflicts: it cannot displace an allowed one.
 //
-// Rules with a spec.targetRef are expanded first (expandTargets; routes is
+// Rules with a spec.targetRef are expanded first (expandTargets; targets is
 // nil outside Gateway API mode): one rule with n HTTPRoute rules compiles as
 // n snapshot rules, and its verdict is Accepted when any of them is.
 //
 // Rules whose spec.expiresAt is at or before now take no part
 // (snapshot.CompileAt): their verdict is Expired (or ExpiryInPast).
-func compile(items []v1alpha1.RateLimitRule, policy *tenantPolicy, routes map[types.NamespacedName]*gwv1.HTTPRoute, now time.Time) compiled {
+func compile(items []v1alpha1.RateLimitRule, policy *tenantPolicy, targets *targetObjects, now time.Time) compiled {
 	out := compiled{
 		Verdicts: make(map[types.UID]verdict, len(items)),
 		Objects:  make(map[types.UID]*v1alpha1.RateLimitRule, len(items)),
 	}
 	originals := items
-	items, notFound := expandTargets(items, routes)
+	items, notFound := expandTargets(items, targets)
 	for i := range originals {
 		if v, ok := notFound[originals[i].UID]; ok {
 			out.Verdicts[originals[i].UID] = v
@@ -105,15 +104,16 @@ func compile(items []v1alpha1.RateLimitRule, policy *tenantPolicy, routes map[ty
 }
 
 // addShadowedTargets gives a verdict to the targetRef rules that expanded to
-// nothing: every rule of their HTTPRoute is limited for their tenant by
-// rules that name the rule (sectionName), which take precedence.
+// nothing: every route they target is limited for their tenant by rules of
+// the same kind on a more specific target (a rule of the HTTPRoute, the
+// HTTPRoute itself over its Gateway), which take precedence.
 func (out *compiled) addShadowedTargets(originals []v1alpha1.RateLimitRule) {
 	for i := range originals {
 		obj := &originals[i]
 		if _, ok := out.Verdicts[obj.UID]; !ok && obj.Spec.TargetRef != nil {
 			out.Verdicts[obj.UID] = verdict{Generation: obj.Generation, Reason: v1alpha1.ReasonConflict,
-				Message: fmt.Sprintf("every rule of HTTPRoute %s is limited for tenant %q by RateLimitRules naming the rule (spec.targetRef.sectionName), which take precedence",
-					obj.Spec.TargetRef.Name, obj.Spec.Tenant)}
+				Message: fmt.Sprintf("every route %s %s serves is limited for tenant %q by RateLimitRules of the same kind on a more specific target (an HTTPRoute over its Gateway, a rule of an HTTPRoute over the HTTPRoute), which take precedence",
+					obj.Spec.TargetRef.Kind, obj.Spec.TargetRef.Name, obj.Spec.Tenant)}
 			out.Objects[obj.UID] = obj
 		}
 	}

@@ -88,21 +88,40 @@ func (r *SnapshotReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	var routes map[types.NamespacedName]*gwv1.HTTPRoute
+	var targets *targetObjects
 	if r.opts.GatewayAPI {
-		var hrs gwv1.HTTPRouteList
-		if err := r.client.List(ctx, &hrs, client.UnsafeDisableDeepCopy); err != nil {
-			return reconcile.Result{}, fmt.Errorf("listing HTTPRoutes for RateLimitRule targetRefs: %w", err)
-		}
-		routes = make(map[types.NamespacedName]*gwv1.HTTPRoute, len(hrs.Items))
-		for i := range hrs.Items {
-			routes[client.ObjectKeyFromObject(&hrs.Items[i])] = &hrs.Items[i]
+		if targets, err = r.listTargets(ctx); err != nil {
+			return reconcile.Result{}, err
 		}
 	}
-	if err := r.sync(ctx, list.Items, policy, routes); err != nil {
+	if err := r.sync(ctx, list.Items, policy, targets); err != nil {
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{RequeueAfter: r.untilExpiry()}, nil
+}
+
+// listTargets lists the HTTPRoutes and Gateways that RateLimitRules
+// attach to with spec.targetRef.
+func (r *SnapshotReconciler) listTargets(ctx context.Context) (*targetObjects, error) {
+	var hrs gwv1.HTTPRouteList
+	if err := r.client.List(ctx, &hrs, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing HTTPRoutes for RateLimitRule targetRefs: %w", err)
+	}
+	var gws gwv1.GatewayList
+	if err := r.client.List(ctx, &gws, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing Gateways for RateLimitRule targetRefs: %w", err)
+	}
+	t := &targetObjects{
+		routes:   make(map[types.NamespacedName]*gwv1.HTTPRoute, len(hrs.Items)),
+		gateways: make(map[types.NamespacedName]*gwv1.Gateway, len(gws.Items)),
+	}
+	for i := range hrs.Items {
+		t.routes[client.ObjectKeyFromObject(&hrs.Items[i])] = &hrs.Items[i]
+	}
+	for i := range gws.Items {
+		t.gateways[client.ObjectKeyFromObject(&gws.Items[i])] = &gws.Items[i]
+	}
+	return t, nil
 }
 
 // untilExpiry is the time until the next rule expires (0: none), so that
@@ -141,9 +160,9 @@ func (r *SnapshotReconciler) tenantPolicy(ctx context.Context) (*tenantPolicy, e
 // A failed publish is reported too: rules whose current spec is not in the
 // snapshot get Programmed=False with reason PublishFailed, so a wedged
 // snapshot never hides behind Ready.
-func (r *SnapshotReconciler) sync(ctx context.Context, items []v1alpha1.RateLimitRule, policy *tenantPolicy, routes map[types.NamespacedName]*gwv1.HTTPRoute) error {
+func (r *SnapshotReconciler) sync(ctx context.Context, items []v1alpha1.RateLimitRule, policy *tenantPolicy, targets *targetObjects) error {
 	start := time.Now()
-	c := compile(items, policy, routes, r.opts.now())
+	c := compile(items, policy, targets, r.opts.now())
 	r.nextExpiry = c.NextExpiry
 	pub, err := r.publish(ctx, c.Rules)
 	if err != nil {
@@ -534,7 +553,8 @@ func (r *SnapshotReconciler) setupWithManager(mgr ctrl.Manager) error {
 		WatchesMetadata(&corev1.ConfigMap{}, toKey, builder.WithPredicates(shardEvents))
 	if r.opts.GatewayAPI {
 		// targetRefs resolve to the rules of HTTPRoutes.
-		b = b.Watches(&gwv1.HTTPRoute{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+		b = b.Watches(&gwv1.HTTPRoute{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+			Watches(&gwv1.Gateway{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	}
 	if r.opts.NamespacePolicy != PolicyOpen {
 		// The namespace policy lives in the Namespaces' annotations.

@@ -51,3 +51,11 @@ func (e *Engine) Plan(tenant, route string) Plan {
 	}
 	return p
 }
+
+// LimitBucket is the bucket this gateway uses for limit l (its region's
+// share, before shards), for explain.
+func (e *Engine) LimitBucket(l Limit) limiter.Bucket {
+	b, _ := e.bucketAt(l.Key, l.Rule)
+	b.Prefetch = e.batch(l.Rule, b)
+	return b
+}

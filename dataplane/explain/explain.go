@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/netip"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,6 +63,12 @@ type Report struct {
 	Concurrency *Concurrency `json:"concurrency,omitempty"`
 	// Quota is the rule's calendar quota; nil without one.
 	Quota *Quota `json:"quota,omitempty"`
+	// Address is the client address asked about ("": none given).
+	Address string `json:"address,omitempty"`
+	// Limits lists every limit that applies when rules of other kinds
+	// (spec.by, spec.shared) stack on the rule in force, the rule in force
+	// first, and which binds; empty when the rule in force alone decides.
+	Limits []Limit `json:"limits,omitempty"`
 }
 
 // Rule is the rule in force.
@@ -189,6 +196,22 @@ func ValidateQuery(tenant, route string) error {
 
 // Build explains tenant on route (both valid ids) without taking a token.
 func Build(ctx context.Context, src Source, tenant, route string) Report {
+	return BuildFrom(ctx, src, tenant, route, netip.Addr{})
+}
+
+// BuildFrom is Build for a request from client address addr (the zero
+// Addr: unknown), which keys the rules by clientAddress.
+func BuildFrom(ctx context.Context, src Source, tenant, route string, addr netip.Addr) Report {
+	r := build(ctx, src, tenant, route)
+	if addr.IsValid() {
+		r.Address = addr.String()
+	}
+	r.Limits = stackedLimits(ctx, src, src.Engine.Rule(tenant, route), tenant, route, addr)
+	return r
+}
+
+// build is Build of the rule in force alone.
+func build(ctx context.Context, src Source, tenant, route string) Report {
 	plan := src.Engine.Plan(tenant, route)
 	r := Report{
 		Tenant: tenant, Route: route,

@@ -19,6 +19,7 @@ func (r Report) WriteText(w io.Writer) error {
 	t.concurrency(r)
 	t.quota(r)
 	t.fallback(r)
+	t.limits(r)
 	_, err := io.WriteString(w, t.String())
 	return err
 }
@@ -149,3 +150,35 @@ func num(f float64) string {
 }
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// limits prints the limits that stack, and which binds.
+func (t *text) limits(r Report) {
+	if len(r.Limits) == 0 {
+		return
+	}
+	t.p("")
+	from := ""
+	if r.Address != "" {
+		from = " from " + r.Address
+	}
+	t.p("limits that apply%s (a request must pass every one; the one marked decides now):", from)
+	for _, l := range r.Limits {
+		mark := " "
+		if l.Binds {
+			mark = "*"
+		}
+		kind := l.Kind
+		if kind == "" {
+			kind = "tenant,route"
+		}
+		tokens := "state unknown (local limiter)"
+		if l.Redis != nil {
+			tokens = num(l.Redis.Tokens) + " tokens left"
+		}
+		source := l.Source
+		if source == "" {
+			source = "built-in default"
+		}
+		t.p(" %s %-24s by %-16s %s: capacity %s, refill %s/s, %s (key %s)", mark, l.Name, kind, source, num(l.Capacity), num(l.RefillPerSecond), tokens, l.Key)
+	}
+}

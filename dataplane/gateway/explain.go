@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"net/netip"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -20,9 +21,9 @@ func (g *Gateway) explainHandler(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	for name := range q {
-		if name != "tenant" && name != "route" {
+		if name != "tenant" && name != "route" && name != "address" {
 			// The value is not echoed: it could be a key.
-			reply(http.StatusBadRequest, map[string]string{"error": name + ": unknown parameter; want tenant and route (explain takes a tenant id, never an API key)"})
+			reply(http.StatusBadRequest, map[string]string{"error": name + ": unknown parameter; want tenant, route and optionally address (explain takes a tenant id, never an API key)"})
 			return
 		}
 	}
@@ -30,6 +31,14 @@ func (g *Gateway) explainHandler(w http.ResponseWriter, r *http.Request) {
 	if err := explain.ValidateQuery(tenant, route); err != nil {
 		reply(http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
+	}
+	var addr netip.Addr
+	if a := q.Get("address"); a != "" {
+		var err error
+		if addr, err = netip.ParseAddr(a); err != nil {
+			reply(http.StatusBadRequest, map[string]string{"error": "address: not an IP address"})
+			return
+		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
@@ -51,7 +60,7 @@ func (g *Gateway) explainHandler(w http.ResponseWriter, r *http.Request) {
 			return false
 		}
 	}
-	reply(http.StatusOK, explain.Build(ctx, src, tenant, route))
+	reply(http.StatusOK, explain.BuildFrom(ctx, src, tenant, route, addr.Unmap()))
 }
 
 // gaugeValue reads a gauge through its Write method.

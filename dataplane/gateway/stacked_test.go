@@ -1,12 +1,16 @@
 package gateway_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/dataplane/explain"
 	"github.com/tollgate-dev/tollgate/dataplane/gateway"
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 )
@@ -207,5 +211,50 @@ func TestSameAnswersOverHTTPAndEnvoy(t *testing.T) {
 	// An anonymous descriptor no rule limits is OK, without limit headers.
 	if res := call(t, c, "edge", 0, entries("route", "r2")); statusCodes(res) != "OK" || len(res.ResponseHeadersToAdd) != 0 {
 		t.Fatalf("anonymous r2: %s %v", statusCodes(res), res.ResponseHeadersToAdd)
+	}
+}
+
+// TestExplainStackedLimits: explain lists every limit that applies to a
+// tenant on a route from an address (the rule in force first), each
+// bucket's tokens in Redis, and marks the one that decides.
+func TestExplainStackedLimits(t *testing.T) {
+	srv := redistest.Start(t)
+	up := echoUpstream(t)
+	e := newEnv(t, up.URL, rule("orders", "*", "*", 10, slow)+
+		rule("budget", "*", "*", 3, slow, "by: [{tenant: {}}]")+
+		rule("per-address", "*", "list-orders", 6, slow, "by: [{clientAddress: {ipv4Prefix: 24}}]"))
+	gw := start(t, e.options(srv.Addr()), testLogger(t))
+	if res, _ := send(t, "GET", gw.url+"/orders", "shop-a"); res.StatusCode != 200 {
+		t.Fatalf("GET /orders: %d", res.StatusCode)
+	}
+	status, body := getExplain(t, gw, "tenant=shop-a&route=list-orders&address=127.0.0.9")
+	if status != 200 {
+		t.Fatalf("%d %s", status, body)
+	}
+	var r explain.Report
+	if err := json.Unmarshal([]byte(body), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Limits) != 3 {
+		t.Fatalf("limits %+v, want 3", r.Limits)
+	}
+	got := []string{}
+	for _, l := range r.Limits {
+		tokens := -1.0
+		if l.Redis != nil {
+			tokens = math.Round(l.Redis.Tokens)
+		}
+		got = append(got, fmt.Sprintf("%s %s %v %v", l.Name, l.Kind, tokens, l.Binds))
+	}
+	// The rule in force first, then the other kinds in their order.
+	want := []string{"list-orders  9 false", "list-orders-by-address address/24/64 5 false", "all-by-tenant tenant 2 true"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("limits\n%v\nwant\n%v", got, want)
+	}
+	if !strings.Contains(r.Limits[1].Key, "a:127.0.0.0/24") {
+		t.Errorf("address key %q", r.Limits[1].Key)
+	}
+	if status, body := getExplain(t, gw, "tenant=shop-a&route=list-orders&address=nope"); status != 400 || !strings.Contains(body, "address") {
+		t.Errorf("bad address: %d %s", status, body)
 	}
 }

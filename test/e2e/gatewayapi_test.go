@@ -466,6 +466,87 @@ spec:
 		Expect(r.header.Get("Location")).To(Equal("https://secure.example.com/go/x?q=1"))
 	})
 
+	It("limits callers at every level: a per-address rule on an anonymous route, a tenant's budget on the Gateway, statuses", func() {
+		By("the namespace may declare rules for every tenant (an anonymous caller has none)")
+		var ns corev1.Namespace
+		Expect(k8s.Get(ctx, types.NamespacedName{Name: gwNS}, &ns)).To(Succeed())
+		ns.Annotations[v1alpha1.AnnotationAllowWildcardTenant] = "true"
+		Expect(k8s.Update(ctx, &ns)).To(Succeed())
+		applyYAML("callers", `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: login
+  namespace: shop
+  annotations: {ratelimit.tollgate.dev/identity: none}
+spec:
+  parentRefs: [{name: shop-gateway}]
+  hostnames: [login.example.com]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /login}}]
+    backendRefs: [{name: blue, port: 8080}]
+---
+apiVersion: ratelimit.tollgate.dev/v1alpha1
+kind: RateLimitRule
+metadata: {name: login-per-address, namespace: shop}
+spec:
+  tenant: "*"
+  targetRef: {group: gateway.networking.k8s.io, kind: HTTPRoute, name: login}
+  by: [{clientAddress: {}}]
+  capacity: 3
+  refill: {tokens: 1, period: 1h}
+---
+apiVersion: ratelimit.tollgate.dev/v1alpha1
+kind: RateLimitRule
+metadata: {name: gateway-budget, namespace: shop}
+spec:
+  tenant: gw-tenant
+  targetRef: {group: gateway.networking.k8s.io, kind: Gateway, name: shop-gateway}
+  by: [{tenant: {}}]
+  capacity: 4
+  refill: {tokens: 1, period: 1h}
+---
+apiVersion: ratelimit.tollgate.dev/v1alpha1
+kind: RateLimitRule
+metadata: {name: no-such-gateway, namespace: shop}
+spec:
+  tenant: "*"
+  targetRef: {group: gateway.networking.k8s.io, kind: Gateway, name: nope}
+  shared: true
+  capacity: 4
+  refill: {tokens: 1, period: 1h}
+`)
+		ruleCond := func(name string) string {
+			var rule v1alpha1.RateLimitRule
+			if err := k8s.Get(ctx, types.NamespacedName{Namespace: gwNS, Name: name}, &rule); err != nil {
+				return err.Error()
+			}
+			return condition(rule.Status.Conditions, "Accepted")
+		}
+		Eventually(func(g Gomega) {
+			g.Expect(ruleCond("login-per-address")).To(Equal("True/Accepted"))
+			g.Expect(ruleCond("gateway-budget")).To(Equal("True/Accepted"))
+			g.Expect(ruleCond("no-such-gateway")).To(Equal("False/TargetNotFound"))
+			g.Expect(parentCondition(ctx, "login", "Accepted")).To(Equal("True/Accepted"))
+		}, 20*time.Second, 50*time.Millisecond).Should(Succeed())
+		Eventually(func() string { return sendHost(gw, "login.example.com", "/login", "").limit }, 10*time.Second, 50*time.Millisecond).Should(Equal("3"))
+
+		By("anonymous login, without a credential: 3 per client address (one used by the wait above)")
+		var got []int
+		for range 3 {
+			got = append(got, sendHost(gw, "login.example.com", "/login", "").status)
+		}
+		Expect(got).To(Equal([]int{200, 200, 429}), gw.logTail)
+
+		By("tenant gw-tenant: 4 across every route of the Gateway, on top of each route's own limit")
+		got = got[:0]
+		for i := range 6 {
+			path := []string{"/split/a", "/headers"}[i%2]
+			got = append(got, sendHost(gw, "features.example.com", path, "gw-tenant").status)
+		}
+		Expect(got).To(Equal([]int{200, 200, 200, 200, 429, 429}), gw.logTail)
+		Expect(sendHost(gw, "features.example.com", "/split/a", "walk-in-2").status).To(Equal(200))
+	})
+
 	It("propagates a live route edit (time measured)", func() {
 		start := time.Now()
 		out, err := kubectl("patch", "httproute", "features", "-n", gwNS, "--type", "json", "-p",
