@@ -3,6 +3,7 @@ package v1alpha1_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,8 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/config/samples"
 	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
 )
 
@@ -374,5 +377,30 @@ var _ = Describe("RateLimitRule schema", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(found).To(BeTrue())
 		Expect(lease).To(Equal(int64(10)))
+	})
+
+	It("accepts every sample of config/samples", func() {
+		entries, err := fs.ReadDir(samples.Files, ".")
+		Expect(err).NotTo(HaveOccurred())
+		n := 0
+		for _, e := range entries {
+			data, err := samples.Files.ReadFile(e.Name())
+			Expect(err).NotTo(HaveOccurred())
+			u := &unstructured.Unstructured{}
+			Expect(yaml.Unmarshal(data, &u.Object)).To(Succeed(), e.Name())
+			u.SetNamespace("default")
+			u.SetName(fmt.Sprintf("sample-%d", seq.Add(1)))
+			Expect(k8s.Create(context.Background(), u)).To(Succeed(), e.Name())
+			n++
+		}
+		Expect(n).To(BeNumerically(">=", 12))
+	})
+
+	It("defaults a clientAddress part to /32 and /64", func() {
+		u := valid()
+		set("spec.by", []any{map[string]any{"clientAddress": map[string]any{}}})(u)
+		Expect(k8s.Create(context.Background(), u)).To(Succeed())
+		parts, _, _ := unstructured.NestedSlice(u.Object, "spec", "by")
+		Expect(parts).To(Equal([]any{map[string]any{"clientAddress": map[string]any{"ipv4Prefix": int64(32), "ipv6Prefix": int64(64)}}}))
 	})
 })

@@ -41,6 +41,9 @@ type plan struct {
 
 	// 7. Scale.
 	RedisBuckets  int    `json:"redisBuckets"`
+	// Addresses is the number of client addresses of the per-address
+	// buckets (spec.by clientAddress) the scale scenario measures.
+	Addresses int `json:"addresses"`
 	SnapshotRules int    `json:"snapshotRules"`
 	PublishBench  string `json:"publishBench"`
 
@@ -102,6 +105,7 @@ func newPlan(quick bool) plan {
 		PropagationChanges: 20,
 
 		RedisBuckets:  100_000,
+		Addresses:     100_000,
 		SnapshotRules: 100_000,
 		PublishBench:  "Publish/rules=100000/cold",
 
@@ -140,6 +144,7 @@ func newPlan(quick bool) plan {
 		p.OutagePhase = 1500 * time.Millisecond
 		p.PropagationChanges = 3
 		p.RedisBuckets = 10_000
+		p.Addresses = 2_000
 		p.SnapshotRules = 10_000
 		p.PublishBench = "Publish/rules=20000/cold"
 		p.RLSStreams = 4

@@ -348,6 +348,17 @@ func (h *harness) mdScale(m *md) {
 		{"gateway start → /readyz 200 (Kubernetes mode)", fmt.Sprintf("%.3f s", s.ReadySeconds), fmt.Sprintf("idle: %.3f s", s.ReadySecondsIdle)},
 		{"controller publish, `go test -bench '" + s.PublishBench + "' -benchtime 1x ./controllers/`", fmt.Sprintf("%.3f s", s.PublishSeconds), "compile + write every shard ConfigMap to a real API server (cold)"},
 	})
+	if a := s.Addresses; a != nil {
+		m.para("Per-address buckets (`by: [{clientAddress: {}}]`, 5 per minute, the login example): many and short-lived.")
+		m.table([]string{"what", "measured", "note"}, [][]string{
+			{fmt.Sprintf("Redis bytes per bucket (%d addresses, half IPv4 /32, half IPv6 /64)", a.Addresses), fmt.Sprintf("%.1f B", a.BytesPerBkt),
+				fmt.Sprintf("`used_memory_dataset` delta / buckets: one hash per address (the address is the hash tag); `MEMORY USAGE` of one: %d B", a.MemoryUsage)},
+			{"TTL of a bucket just written", fmt.Sprintf("%d ms", a.TTLMs), fmt.Sprintf("twice a full refill (%d ms): an address idle that long leaves Redis", a.ExpectedTTLMs)},
+			{fmt.Sprintf("gateway Go heap after a forced GC, before → after %d addresses (%d admitted, %d without a credential: 401)", a.Addresses, a.Admitted, a.Refused401),
+				fmt.Sprintf("%.1f → %.1f MiB", a.HeapBeforeMiB, a.HeapAfterMiB),
+				fmt.Sprintf("RSS %.1f → %.1f MiB in %.1f s; bounded: the limiter cache and the local fallback keep at most 100,000 buckets, the failed-identification throttle --identity-failure-max-addresses (65,536) addresses and as many prefixes; explain for one address answered: %v", a.RSSBeforeMiB, a.RSSAfterMiB, a.Seconds, a.ExplainOK)},
+		})
+	}
 }
 
 func loadSummary(l map[string][2]float64) string {

@@ -270,6 +270,8 @@ type ScaleResult struct {
 	PublishBench      string  `json:"publishBenchmark"`
 	PublishSeconds    float64 `json:"controllerPublishSeconds"`
 	PublishOutput     string  `json:"publishOutput"`
+	// Addresses: buckets keyed by client address.
+	Addresses *AddressResult `json:"addresses,omitempty"`
 }
 
 // loadAvg is the 1-minute load average.

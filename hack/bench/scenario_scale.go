@@ -33,6 +33,13 @@ func (h *harness) scenarioScale(ctx context.Context) error {
 	if err := h.redisMemory(ctx, rs, res); err != nil {
 		return fmt.Errorf("redis memory: %w", err)
 	}
+	res.Addresses = &AddressResult{}
+	if err := h.addressBuckets(ctx, rs, res.Addresses); err != nil {
+		return fmt.Errorf("per-address buckets: %w", err)
+	}
+	if err := h.addressGateway(ctx, rs, res.Addresses); err != nil {
+		return fmt.Errorf("gateway under many addresses: %w", err)
+	}
 	if err := h.snapshotMemory(ctx, rs, res); err != nil {
 		return fmt.Errorf("gateway memory: %w", err)
 	}
