@@ -45,6 +45,18 @@ func compileRules(rt *gwv1.HTTPRoute, idx *backendIndex) (rules []routetable.Rul
 	return rules, resolved, ""
 }
 
+// identityMode is rt's annotation routetable.AnnotationIdentity as the
+// route table stores it ("" for required), or why it is refused.
+func identityMode(rt *gwv1.HTTPRoute) (mode, msg string) {
+	switch mode := rt.Annotations[routetable.AnnotationIdentity]; mode {
+	case "", "required":
+		return "", ""
+	case "optional", "none":
+		return mode, ""
+	}
+	return "", "metadata.annotations[" + routetable.AnnotationIdentity + "] must be required, optional or none"
+}
+
 // compileRule compiles rule i of rt without its backends; msg, when not
 // empty, names a field tollgate does not support.
 func compileRule(rt *gwv1.HTTPRoute, i int) (out routetable.Rule, msg string) {
@@ -59,12 +71,8 @@ func compileRule(rt *gwv1.HTTPRoute, i int) (out routetable.Rule, msg string) {
 		Created: rt.CreationTimestamp.Unix(), Index: i,
 		ForwardAuthorization: rt.Annotations[routetable.AnnotationForwardAuthorization] == "true",
 	}
-	switch mode := rt.Annotations[routetable.AnnotationIdentity]; mode {
-	case "", "required":
-	case "optional", "none":
-		out.IdentityMode = mode
-	default:
-		return out, "metadata.annotations[" + routetable.AnnotationIdentity + "] must be required, optional or none"
+	if out.IdentityMode, msg = identityMode(rt); msg != "" {
+		return out, msg
 	}
 	switch {
 	case r.Retry != nil:

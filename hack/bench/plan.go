@@ -40,10 +40,10 @@ type plan struct {
 	PropagationChanges int `json:"propagationChanges"`
 
 	// 7. Scale.
-	RedisBuckets  int    `json:"redisBuckets"`
+	RedisBuckets int `json:"redisBuckets"`
 	// Addresses is the number of client addresses of the per-address
 	// buckets (spec.by clientAddress) the scale scenario measures.
-	Addresses int `json:"addresses"`
+	Addresses     int    `json:"addresses"`
 	SnapshotRules int    `json:"snapshotRules"`
 	PublishBench  string `json:"publishBench"`
 

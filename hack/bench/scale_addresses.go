@@ -35,8 +35,12 @@ type AddressResult struct {
 	RSSAfterMiB   float64 `json:"gatewayRssAfterMiB"`
 	Admitted      int64   `json:"admitted"`
 	Refused401    int64   `json:"refused401"`
-	Seconds       float64 `json:"seconds"`
-	ExplainOK     bool    `json:"explainOk"`
+	Refused429    int64   `json:"refused429"`
+	// UsedMemoryPerBkt is the used_memory delta per bucket (with the
+	// key space's own overhead, which used_memory_dataset leaves out).
+	UsedMemoryPerBkt float64 `json:"redisUsedMemoryPerBucket"`
+	Seconds          float64 `json:"seconds"`
+	ExplainOK        bool    `json:"explainOk"`
 }
 
 // addressRule is the login example: 5 per client address per minute.
@@ -55,12 +59,14 @@ spec:
   refill: {tokens: 5, period: 1m}
 `
 
-// benchAddr is the i-th client address: 10.0.0.0/8 then 2001:db8::/64s.
-func benchAddr(i int) netip.Addr {
+// benchAddr is the i-th client address of space (0 or 1): in 10.0.0.0/8
+// or 172.16.0.0/12 for even i, else a /64 of its own in 2001:db8::/48 or
+// 2001:db8:1::/48.
+func benchAddr(space, i int) netip.Addr {
 	if i%2 == 0 {
-		return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		return netip.AddrFrom4([4]byte{byte(10 + 162*space), byte(16*space + i>>16), byte(i >> 8), byte(i)})
 	}
-	return netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, 0, byte(i >> 16), byte(i >> 8), byte(i), 0, 0, 0, 0, 0, 0, 1})
+	return netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, byte(space), byte(i >> 8), byte(i), 0, 0, 0, 0, 0, 0, 0, 1})
 }
 
 // addressBuckets writes h.plan.Addresses per-address buckets with the
@@ -70,11 +76,15 @@ func (h *harness) addressBuckets(ctx context.Context, rs *redisServer, res *Addr
 	defer rc.Close()
 	script := redis.NewScript(lua.TokenBucket)
 	call := func(i int) (keys []string, args []any) {
-		k, _ := decision.KeyFor(&addressRule, &decision.Request{Route: "bench", Addr: benchAddr(i)})
+		k, _ := decision.KeyFor(&addressRule, &decision.Request{Route: "bench", Addr: benchAddr(0, i)})
 		b := limiter.Bucket{Key: k, Capacity: 5, RefillTokens: 5, RefillPeriodMs: 60_000}
 		return limiter.ScriptCall(&b, 1, 1, 0, limiter.LayoutPacked)
 	}
 	used0, err := infoInt(ctx, rc, "memory", "used_memory_dataset")
+	if err != nil {
+		return err
+	}
+	all0, err := infoInt(ctx, rc, "memory", "used_memory")
 	if err != nil {
 		return err
 	}
@@ -93,19 +103,25 @@ func (h *harness) addressBuckets(ctx context.Context, rs *redisServer, res *Addr
 	if err != nil {
 		return err
 	}
+	all1, err := infoInt(ctx, rc, "memory", "used_memory")
+	if err != nil {
+		return err
+	}
+	res.UsedMemoryPerBkt = round(float64(all1-all0)/float64(n), 1)
 	keys, _ := call(n - 1)
 	res.Addresses, res.BytesPerBkt = n, round(float64(used1-used0)/float64(n), 1)
 	res.MemoryUsage, _ = rc.MemoryUsage(ctx, keys[0], 0).Result()
 	res.TTLMs = rc.PTTL(ctx, keys[0]).Val().Milliseconds()
 	res.ExpectedTTLMs = 2 * 60_000
-	h.logf("redis: %d per-address buckets take %.1f bytes each (used_memory_dataset delta); MEMORY USAGE %s = %d B; TTL %d ms (twice a full refill: %d ms)",
-		n, res.BytesPerBkt, keys[0], res.MemoryUsage, res.TTLMs, res.ExpectedTTLMs)
+	h.logf("redis: %d per-address buckets take %.1f bytes each (used_memory_dataset delta; used_memory delta %.1f); MEMORY USAGE %s = %d B; TTL %d ms (twice a full refill: %d ms)",
+		n, res.BytesPerBkt, res.UsedMemoryPerBkt, keys[0], res.MemoryUsage, res.TTLMs, res.ExpectedTTLMs)
 	return nil
 }
 
 // addressGateway sends, through a gateway that trusts loopback as its
-// proxy, one identified request and one request without a credential from
-// each of h.plan.Addresses addresses (X-Forwarded-For), then asks explain
+// proxy, one identified request from each of h.plan.Addresses addresses
+// and one request without a credential from each of as many others
+// (X-Forwarded-For), then asks explain
 // for one of them, and compares the gateway's memory before and after.
 func (h *harness) addressGateway(ctx context.Context, rs *redisServer, res *AddressResult) error {
 	g, err := h.startGateway(ctx, gatewaySpec{name: "gw-addresses", redisAddr: rs.Addr(), rules: addressRuleYAML,
@@ -123,7 +139,7 @@ func (h *harness) addressGateway(ctx context.Context, rs *redisServer, res *Addr
 		return err
 	}
 	res.Seconds = round(time.Since(t0).Seconds(), 1)
-	resp, err := http.Get(g.admin + "/debug/explain?tenant=t1&route=bench&address=" + benchAddr(7).String())
+	resp, err := http.Get(g.admin + "/debug/explain?tenant=t1&route=bench&address=" + benchAddr(0, 7).String())
 	if err == nil {
 		res.ExplainOK = resp.StatusCode == 200
 		resp.Body.Close()
@@ -134,8 +150,8 @@ func (h *harness) addressGateway(ctx context.Context, rs *redisServer, res *Addr
 	}
 	res.HeapBeforeMiB, res.RSSBeforeMiB = round(before.heap/(1<<20), 1), round(float64(before.rss)/(1<<20), 1)
 	res.HeapAfterMiB, res.RSSAfterMiB = round(after.heap/(1<<20), 1), round(float64(after.rss)/(1<<20), 1)
-	h.logf("gateway: %d addresses in %.1fs (%d admitted, %d 401): heap %.1f → %.1f MiB, RSS %.1f → %.1f MiB, explain ok %v",
-		res.Addresses, res.Seconds, res.Admitted, res.Refused401, res.HeapBeforeMiB, res.HeapAfterMiB, res.RSSBeforeMiB, res.RSSAfterMiB, res.ExplainOK)
+	h.logf("gateway: %d addresses in %.1fs (%d admitted, %d 401, %d 429): heap %.1f → %.1f MiB, RSS %.1f → %.1f MiB, explain ok %v",
+		res.Addresses, res.Seconds, res.Admitted, res.Refused401, res.Refused429, res.HeapBeforeMiB, res.HeapAfterMiB, res.RSSBeforeMiB, res.RSSAfterMiB, res.ExplainOK)
 	return nil
 }
 
@@ -171,7 +187,9 @@ func (h *harness) fromAddresses(ctx context.Context, g *gatewayProc, res *Addres
 					return
 				}
 				req, _ := http.NewRequestWithContext(ctx, "GET", g.url+"/bench", nil)
-				req.Header.Set("X-Forwarded-For", benchAddr(i/2).String())
+				// Identified requests from one space, failed
+				// identifications from the other.
+				req.Header.Set("X-Forwarded-For", benchAddr(i%2, i/2).String())
 				if i%2 == 0 {
 					req.Header.Set("X-Api-Key", "t1")
 				}
@@ -186,6 +204,8 @@ func (h *harness) fromAddresses(ctx context.Context, g *gatewayProc, res *Addres
 					atomic.AddInt64(&res.Admitted, 1)
 				case 401:
 					atomic.AddInt64(&res.Refused401, 1)
+				case 429:
+					atomic.AddInt64(&res.Refused429, 1)
 				}
 			}
 		}()

@@ -62,6 +62,12 @@ func appendRule(b []byte, r *Rule) []byte {
 	}
 	b = appendQuota(b, r)
 	b = appendClaims(b, r.Claims)
+	b = appendKeyParts(b, r)
+	return append(b, '}')
+}
+
+// appendKeyParts appends r's "by", "sd" and "s" fields, when set.
+func appendKeyParts(b []byte, r *Rule) []byte {
 	if len(r.By) > 0 {
 		// Rare (rules with spec.by) and of plain fields: encoding/json
 		// cannot fail on it.
@@ -76,7 +82,7 @@ func appendRule(b []byte, r *Rule) []byte {
 		b = append(b, `,"s":`...)
 		b = appendString(b, r.Source)
 	}
-	return append(b, '}')
+	return b
 }
 
 // appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, as

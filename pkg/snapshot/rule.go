@@ -339,18 +339,12 @@ func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 	if !ok {
 		return Rule{}, fmt.Errorf("%s: exactly one of spec.refillPerSecond and spec.refill must be set", source)
 	}
-	claims, err := claimsFromSpec(spec.Match, source)
-	if err != nil {
-		return Rule{}, err
-	}
-	by, err := byFromSpec(spec, source)
-	if err != nil {
-		return Rule{}, err
-	}
 	r := Rule{
-		Tenant: spec.Tenant, Route: spec.Route, Capacity: spec.Capacity, Claims: claims,
-		RefillTokens: tokens, RefillPeriodMs: period.Milliseconds(), Source: source,
-		By: by, Shared: spec.Shared,
+		Tenant: spec.Tenant, Route: spec.Route, Capacity: spec.Capacity,
+		RefillTokens: tokens, RefillPeriodMs: period.Milliseconds(), Source: source, Shared: spec.Shared,
+	}
+	if err := r.compileCallers(spec, source); err != nil {
+		return Rule{}, err
 	}
 	shadow, ok := specModes[spec.Mode]
 	if !ok {
@@ -390,6 +384,17 @@ func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 		return Rule{}, fmt.Errorf("%s: %w", source, err)
 	}
 	return r, nil
+}
+
+// compileCallers compiles who the rule applies to and keys its buckets
+// by: spec.match.claims and spec.by.
+func (r *Rule) compileCallers(spec *v1alpha1.RateLimitRuleSpec, source string) error {
+	var err error
+	if r.Claims, err = claimsFromSpec(spec.Match, source); err != nil {
+		return err
+	}
+	r.By, err = byFromSpec(spec, source)
+	return err
 }
 
 // validateCompiled is Validate and the schema's bound on the refill time
