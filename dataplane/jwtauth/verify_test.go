@@ -249,6 +249,18 @@ func TestClaimPaths(t *testing.T) {
 			t.Errorf("HasClaim(%q, %q) = %v", m.path, m.value, got)
 		}
 	}
+	// ClaimValue, for a claim key part (spec.by): a scalar's text; an
+	// array, an object or a missing claim is no value.
+	for path, want := range map[string]string{"org.plan": "gold", "org.deep.tier": "2", "https://example.com/plan": "silver", "beta": "true",
+		"roles": "", "org": "", "missing": ""} {
+		got, ok := id.Claims.ClaimValue(path)
+		if got != want || ok != (want != "") {
+			t.Errorf("ClaimValue(%q) = %q, %v; want %q", path, got, ok, want)
+		}
+	}
+	if v, ok := (*jwtauth.Claims)(nil).ClaimValue("x"); ok || v != "" {
+		t.Errorf("nil claims: %q %v", v, ok)
+	}
 	if s := fmt.Sprintf("%v %s %+v", id.Claims, id.Claims, id.Claims); strings.Contains(s, "gold") || strings.Contains(s, "shop") {
 		t.Errorf("formatted claims show their content: %s", s)
 	}

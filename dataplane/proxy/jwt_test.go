@@ -34,7 +34,8 @@ func (s fixedKeys) Refresh(_ context.Context) *jwtauth.Keys { return s.k }
 
 // jwtSetup is a handler identifying requests by API key (key-a for
 // shop-a) then bearer token (iss's, audience "api", tenant in org_id),
-// with a rule of 2 requests for plan gold, 1 for other tenants, routes
+// with a rule of 2 requests for plan gold (or the rules rs), 1 for other
+// tenants, routes
 // /orders (Authorization stripped) and /fwd (forwarded), and an upstream
 // that records the Authorization it got.
 type jwtSetup struct {
@@ -46,7 +47,7 @@ type jwtSetup struct {
 	reg     *prometheus.Registry
 }
 
-func newJWTSetup(t *testing.T, failures *identity.FailureLimiter) *jwtSetup {
+func newJWTSetup(t *testing.T, failures *identity.FailureLimiter, rs ...snapshot.Rule) *jwtSetup {
 	t.Helper()
 	s := &jwtSetup{iss: jwttest.NewIssuer(t), logs: &strings.Builder{}, reg: prometheus.NewRegistry()}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -68,8 +69,11 @@ func newJWTSetup(t *testing.T, failures *identity.FailureLimiter) *jwtSetup {
 	}
 	mapped, _ := identity.ParseMapped([]byte("keys:\n  - tenant: shop-a\n    key: key-a\n"))
 	store := rules.NewStore(snapshot.Rule{Tenant: "*", Route: "*", Capacity: 1, RefillTokens: 1, RefillPeriodMs: 3600_000})
-	store.Replace(snapshot.Build([]snapshot.Rule{{Tenant: "*", Route: "*", Capacity: 2, RefillTokens: 1, RefillPeriodMs: 3600_000,
-		Claims: []snapshot.ClaimMatch{{Path: "plan", Value: "gold"}}}}, 1))
+	if len(rs) == 0 {
+		rs = []snapshot.Rule{{Tenant: "*", Route: "*", Capacity: 2, RefillTokens: 1, RefillPeriodMs: 3600_000,
+			Claims: []snapshot.ClaimMatch{{Path: "plan", Value: "gold"}}}}
+	}
+	store.Replace(snapshot.Build(rs, 1))
 	var logMu sync.Mutex
 	log := funcr.New(func(prefix, args string) { logMu.Lock(); s.logs.WriteString(prefix + args + "\n"); logMu.Unlock() }, funcr.Options{Verbosity: 10})
 	s.h = proxy.New(proxy.Options{

@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -205,5 +206,42 @@ func TestKeyHeaderMalformed(t *testing.T) {
 	}
 	if w := send(h, "POST", "/login", "198.51.100.9:1", "X-Client-Id", "c"); w.Code != 200 {
 		t.Fatalf("with a value: %d", w.Code)
+	}
+}
+
+// TestClaimKeyPart: a rule keyed by a verified token's claim (team.id, a
+// nested claim) gives every team one bucket whichever tenant sends its
+// requests; a number is a value as its JSON text; requests without the
+// claim (a token without it, an API key) share one bucket.
+func TestClaimKeyPart(t *testing.T) {
+	perTeam := snapshot.Rule{Tenant: "*", Route: "*", Capacity: 2, RefillTokens: 1, RefillPeriodMs: 3600_000, Source: "t/per-team",
+		By: []snapshot.KeyPart{{Kind: snapshot.PartClaim, Name: "team.id"}}}
+	everyone := snapshot.Rule{Tenant: "*", Route: "*", Capacity: 100, RefillTokens: 1, RefillPeriodMs: 3600_000}
+	s := newJWTSetup(t, nil, perTeam, everyone)
+	token := func(tenant string, team any) string {
+		c := s.iss.Claims(tenant)
+		if team != nil {
+			c["team"] = map[string]any{"id": team}
+		}
+		return "Bearer " + s.iss.Sign(t, "k1", c)
+	}
+	codes := func(auth ...string) []int {
+		var out []int
+		for i := 0; i+1 < len(auth); i += 2 {
+			out = append(out, s.send("/orders", "", auth[i], auth[i+1]).Code)
+		}
+		return out
+	}
+	got := codes("Authorization", token("shop-b", "t1"), "Authorization", token("shop-c", "t1"), "Authorization", token("shop-d", "t1"))
+	if fmt.Sprint(got) != "[200 200 429]" {
+		t.Errorf("team t1 from three tenants: %v, want one bucket of 2", got)
+	}
+	got = codes("Authorization", token("shop-b", 7), "Authorization", token("shop-b", "7"), "Authorization", token("shop-b", 7.0))
+	if fmt.Sprint(got) != "[200 200 429]" {
+		t.Errorf("team 7 as a number and as a string: %v, want one bucket", got)
+	}
+	got = codes("Authorization", token("shop-b", nil), "X-Api-Key", "key-a", "Authorization", token("shop-e", []any{"x"}))
+	if fmt.Sprint(got) != "[200 200 429]" {
+		t.Errorf("without the claim (no team, an API key, an array): %v, want one shared bucket", got)
 	}
 }
