@@ -2,12 +2,10 @@ package gateway_test
 
 import (
 	"context"
-	"net/http"
 	"os/exec"
 	"runtime"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,34 +41,11 @@ func exactCluster(t *testing.T, srv *redistest.Server, rules string, tune func(o
 // how many were admitted. Every answer must be 200 or 429.
 func burst(t *testing.T, gws []*running, tenant string, n int) int {
 	t.Helper()
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	startGate := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-startGate
-			req, _ := http.NewRequest("POST", gws[i%len(gws)].url+"/orders", nil)
-			req.Header.Set("X-Api-Key", tenant)
-			res, err := client.Do(req)
-			if err != nil {
-				t.Errorf("request: %v", err)
-				return
-			}
-			res.Body.Close()
-			switch res.StatusCode {
-			case 200:
-				admitted.Add(1)
-			case 429:
-			default:
-				t.Errorf("status %d, want 200 or 429", res.StatusCode)
-			}
-		}()
+	urls := make([]string, len(gws))
+	for i, gw := range gws {
+		urls[i] = gw.url
 	}
-	close(startGate)
-	wg.Wait()
-	return int(admitted.Load())
+	return fire(t, urls, n, "/orders", func(int) []string { return []string{"X-Api-Key", tenant} })
 }
 
 // cpuHog keeps every core busy until the test ends, as a loaded shared

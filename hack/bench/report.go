@@ -354,8 +354,8 @@ func (h *harness) mdScale(m *md) {
 			{fmt.Sprintf("Redis bytes per bucket (%d addresses, half IPv4 /32, half IPv6 /64)", a.Addresses), fmt.Sprintf("%.1f B", a.BytesPerBkt),
 				fmt.Sprintf("`used_memory_dataset` delta / buckets (`used_memory` delta: %.1f B, with the key space's dict and expiry entries): one hash per address, the address its hash tag; `MEMORY USAGE` of one: %d B", a.UsedMemoryPerBkt, a.MemoryUsage)},
 			{"TTL of a bucket just written", fmt.Sprintf("%d ms", a.TTLMs), fmt.Sprintf("twice a full refill (%d ms): an address idle that long leaves Redis", a.ExpectedTTLMs)},
-			{fmt.Sprintf("gateway Go heap after a forced GC, before → after one identified request from each of %d addresses and one without a credential from each of %d others (%d admitted, %d 401, %d 429, %.0f of them by the local fallback: calls past --redis-max-wait)", a.Addresses, a.Addresses, a.Admitted, a.Refused401, a.Refused429, a.Refused429Local),
-				fmt.Sprintf("%.1f → %.1f MiB", a.HeapBeforeMiB, a.HeapAfterMiB),
+			{fmt.Sprintf("gateway Go heap after a forced GC: before → after one identified request from each of %d addresses and one without a credential from each of %d others → after as many new ones (%d admitted, %d 401, %d 429, %.0f of them by the local fallback: calls past --redis-max-wait)", a.Addresses, a.Addresses, a.Admitted, a.Refused401, a.Refused429, a.Refused429Local),
+				fmt.Sprintf("%.1f → %.1f → %.1f MiB", a.HeapBeforeMiB, a.HeapMidMiB, a.HeapAfterMiB),
 				fmt.Sprintf("RSS %.1f → %.1f MiB in %.1f s; bounded: the limiter cache and the local fallback keep at most 100,000 buckets, the failed-identification throttle --identity-failure-max-addresses (65,536) addresses and as many prefixes; explain for one address answered: %v", a.RSSBeforeMiB, a.RSSAfterMiB, a.Seconds, a.ExplainOK)},
 		})
 	}

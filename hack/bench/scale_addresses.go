@@ -30,12 +30,15 @@ type AddressResult struct {
 	// admitted request and one failed identification), after a forced
 	// GC: heap and RSS before and after, and what it tracks.
 	HeapBeforeMiB float64 `json:"gatewayHeapBeforeMiB"`
-	HeapAfterMiB  float64 `json:"gatewayHeapAfterMiB"`
-	RSSBeforeMiB  float64 `json:"gatewayRssBeforeMiB"`
-	RSSAfterMiB   float64 `json:"gatewayRssAfterMiB"`
-	Admitted      int64   `json:"admitted"`
-	Refused401    int64   `json:"refused401"`
-	Refused429    int64   `json:"refused429"`
+	// HeapMidMiB is after the first Addresses addresses, HeapAfterMiB
+	// after as many more: bounded memory stops growing.
+	HeapMidMiB   float64 `json:"gatewayHeapMidMiB"`
+	HeapAfterMiB float64 `json:"gatewayHeapAfterMiB"`
+	RSSBeforeMiB float64 `json:"gatewayRssBeforeMiB"`
+	RSSAfterMiB  float64 `json:"gatewayRssAfterMiB"`
+	Admitted     int64   `json:"admitted"`
+	Refused401   int64   `json:"refused401"`
+	Refused429   int64   `json:"refused429"`
 	// Refused429Local of them were decided by the local fallback: their
 	// Redis call missed --redis-max-wait on the loaded machine.
 	Refused429Local float64 `json:"refused429Local"`
@@ -91,11 +94,7 @@ func (h *harness) addressBuckets(ctx context.Context, rs *redisServer, res *Addr
 		b := limiter.Bucket{Key: k, Capacity: 5, RefillTokens: 5, RefillPeriodMs: 60_000}
 		return limiter.ScriptCall(&b, 1, 1, 0, limiter.LayoutPacked)
 	}
-	used0, err := infoInt(ctx, rc, "memory", "used_memory_dataset")
-	if err != nil {
-		return err
-	}
-	all0, err := infoInt(ctx, rc, "memory", "used_memory")
+	used0, all0, err := usedMemory(ctx, rc)
 	if err != nil {
 		return err
 	}
@@ -110,11 +109,7 @@ func (h *harness) addressBuckets(ctx context.Context, rs *redisServer, res *Addr
 			return err
 		}
 	}
-	used1, err := infoInt(ctx, rc, "memory", "used_memory_dataset")
-	if err != nil {
-		return err
-	}
-	all1, err := infoInt(ctx, rc, "memory", "used_memory")
+	used1, all1, err := usedMemory(ctx, rc)
 	if err != nil {
 		return err
 	}
@@ -129,10 +124,19 @@ func (h *harness) addressBuckets(ctx context.Context, rs *redisServer, res *Addr
 	return nil
 }
 
+// usedMemory is Redis's used_memory_dataset and used_memory.
+func usedMemory(ctx context.Context, rc *redis.Client) (dataset, all int64, err error) {
+	if dataset, err = infoInt(ctx, rc, "memory", "used_memory_dataset"); err != nil {
+		return 0, 0, err
+	}
+	all, err = infoInt(ctx, rc, "memory", "used_memory")
+	return dataset, all, err
+}
+
 // addressGateway sends, through a gateway that trusts loopback as its
 // proxy, one identified request from each of h.plan.Addresses addresses
 // and one request without a credential from each of as many others
-// (X-Forwarded-For), then asks explain
+// (X-Forwarded-For), twice with new addresses, then asks explain
 // for one of them, and compares the gateway's memory before and after.
 func (h *harness) addressGateway(ctx context.Context, rs *redisServer, res *AddressResult) error {
 	g, err := h.startGateway(ctx, gatewaySpec{name: "gw-addresses", redisAddr: rs.Addr(), rules: addressRuleYAML,
@@ -146,7 +150,15 @@ func (h *harness) addressGateway(ctx context.Context, rs *redisServer, res *Addr
 		return err
 	}
 	t0 := time.Now()
-	if err := h.fromAddresses(ctx, g, res); err != nil {
+	if err := h.fromAddresses(ctx, g, res, 0); err != nil {
+		return err
+	}
+	mid, err := h.gatewayHeap(ctx, g)
+	if err != nil {
+		return err
+	}
+	res.HeapMidMiB = round(mid.heap/(1<<20), 1)
+	if err := h.fromAddresses(ctx, g, res, h.plan.Addresses); err != nil {
 		return err
 	}
 	res.Seconds = round(time.Since(t0).Seconds(), 1)
@@ -164,8 +176,8 @@ func (h *harness) addressGateway(ctx context.Context, rs *redisServer, res *Addr
 	}
 	res.HeapBeforeMiB, res.RSSBeforeMiB = round(before.heap/(1<<20), 1), round(float64(before.rss)/(1<<20), 1)
 	res.HeapAfterMiB, res.RSSAfterMiB = round(after.heap/(1<<20), 1), round(float64(after.rss)/(1<<20), 1)
-	h.logf("gateway: %d addresses in %.1fs (%d admitted, %d 401, %d 429 of which %.0f by the local fallback): heap %.1f → %.1f MiB, RSS %.1f → %.1f MiB, explain ok %v",
-		res.Addresses, res.Seconds, res.Admitted, res.Refused401, res.Refused429, res.Refused429Local, res.HeapBeforeMiB, res.HeapAfterMiB, res.RSSBeforeMiB, res.RSSAfterMiB, res.ExplainOK)
+	h.logf("gateway: 2 x %d addresses in %.1fs (%d admitted, %d 401, %d 429 of which %.0f by the local fallback): heap %.1f → %.1f → %.1f MiB, RSS %.1f → %.1f MiB, explain ok %v",
+		res.Addresses, res.Seconds, res.Admitted, res.Refused401, res.Refused429, res.Refused429Local, res.HeapBeforeMiB, res.HeapMidMiB, res.HeapAfterMiB, res.RSSBeforeMiB, res.RSSAfterMiB, res.ExplainOK)
 	return nil
 }
 
@@ -185,8 +197,9 @@ func (h *harness) gatewayHeap(ctx context.Context, g *gatewayProc) (gatewayMem, 
 	return gatewayMem{rss: rss, heap: m.sum("go_memstats_heap_inuse_bytes")}, nil
 }
 
-// fromAddresses sends the requests of addressGateway, 32 at a time.
-func (h *harness) fromAddresses(ctx context.Context, g *gatewayProc, res *AddressResult) error {
+// fromAddresses sends the requests of addressGateway from the addresses
+// from..from+h.plan.Addresses, 32 at a time.
+func (h *harness) fromAddresses(ctx context.Context, g *gatewayProc, res *AddressResult, from int) error {
 	next := atomic.Int64{}
 	var wg sync.WaitGroup
 	var failed atomic.Value
@@ -203,7 +216,7 @@ func (h *harness) fromAddresses(ctx context.Context, g *gatewayProc, res *Addres
 				req, _ := http.NewRequestWithContext(ctx, "GET", g.url+"/bench", nil)
 				// Identified requests from one space, failed
 				// identifications from the other.
-				req.Header.Set("X-Forwarded-For", benchAddr(i%2, i/2).String())
+				req.Header.Set("X-Forwarded-For", benchAddr(i%2, from+i/2).String())
 				if i%2 == 0 {
 					req.Header.Set("X-Api-Key", "t1")
 				}
