@@ -129,8 +129,13 @@ func TestFileSourceSamples(t *testing.T) {
 	if _, err := NewFileSource(filepath.Join("..", "..", "config", "samples"), store, FileOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if n := store.Current().Len(); n != 8 {
-		t.Fatalf("samples compiled to %d rules, want 8 (one per sample file)", n)
+	if n := store.Current().Len(); n != 12 {
+		t.Fatalf("samples compiled to %d rules, want 12 (one per sample file)", n)
+	}
+	// The samples keyed otherwise than tenant and route form kinds of
+	// their own: per address, per tenant, shared and per claim.
+	if kinds := store.Current().Kinds(); len(kinds) != 4 {
+		t.Errorf("kinds %q, want 4 besides the default", kinds)
 	}
 	// The samples of the limits beyond the token bucket keep their fields.
 	if r := store.Lookup("shop-c", "list-orders"); r.MaxInFlight != 4 {
