@@ -545,6 +545,17 @@ spec:
 		}
 		Expect(got).To(Equal([]int{200, 200, 200, 200, 429, 429}), gw.logTail)
 		Expect(sendHost(gw, "features.example.com", "/split/a", "walk-in-2").status).To(Equal(200))
+
+		By("the login route and this spec's rules leave, so the later specs count the routes they attach")
+		for _, o := range []client.Object{
+			&gwv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: gwNS, Name: "login"}},
+			&v1alpha1.RateLimitRule{ObjectMeta: metav1.ObjectMeta{Namespace: gwNS, Name: "login-per-address"}},
+			&v1alpha1.RateLimitRule{ObjectMeta: metav1.ObjectMeta{Namespace: gwNS, Name: "gateway-budget"}},
+			&v1alpha1.RateLimitRule{ObjectMeta: metav1.ObjectMeta{Namespace: gwNS, Name: "no-such-gateway"}},
+		} {
+			Expect(k8s.Delete(ctx, o)).To(Succeed())
+		}
+		Eventually(func() int { return sendHost(gw, "login.example.com", "/login", "").status }, 10*time.Second, 50*time.Millisecond).Should(Equal(404))
 	})
 
 	It("propagates a live route edit (time measured)", func() {
