@@ -18,26 +18,45 @@
 // the handler answers that request with "Connection: close", so no later
 // request on it goes unscanned. After a protocol switch (101) the handler
 // calls Passthrough.
+//
+// HTTP/2 is binary: its frames are never scanned, and its server checks
+// header fields itself (Go's refuses a CR, LF or NUL in a name or value).
+// An H2CListener lets a connection that opens with the HTTP/2 preface
+// through unscanned from there on (h2c with prior knowledge); every other
+// connection on it is scanned as HTTP/1.x. A TLSListener hands the
+// connections that chose "h2" by ALPN to net/http as the *tls.Conn itself
+// (its HTTP/2 server takes nothing else), and wraps the others.
 package httpguard
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"sync/atomic"
 )
 
 // Listener wraps ln so that every accepted connection is a *Conn.
-func Listener(ln net.Listener) net.Listener { return listener{ln} }
+func Listener(ln net.Listener) net.Listener { return listener{Listener: ln} }
 
-type listener struct{ net.Listener }
+// H2CListener is Listener for a server that also speaks HTTP/2 without TLS
+// (http.Protocols.SetUnencryptedHTTP2): a connection that opens with the
+// HTTP/2 preface is not scanned after it.
+func H2CListener(ln net.Listener) net.Listener { return listener{Listener: ln, h2c: true} }
+
+type listener struct {
+	net.Listener
+	h2c bool
+}
 
 func (l listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return &Conn{Conn: c}, nil
+	gc := &Conn{Conn: c}
+	gc.s.H2C = l.h2c
+	return gc, nil
 }
 
 // Conn is a connection whose header blocks are checked; see the package
@@ -78,9 +97,21 @@ func (c *Conn) Read(p []byte) (int, error) {
 	case Unfollowable:
 		c.unchecked.Store(true)
 		c.pass.Store(true)
+	case Preface:
+		c.pass.Store(true)
 	}
 	return n, err
 }
+
+// tlsConn is a Conn around a *tls.Conn: net/http sets Request.TLS from its
+// ConnectionState, as it does for a *tls.Conn (a plain Conn has none, so
+// that its requests have no TLS state).
+type tlsConn struct {
+	*Conn
+	tc *tls.Conn
+}
+
+func (c tlsConn) ConnectionState() tls.ConnectionState { return c.tc.ConnectionState() }
 
 // Unchecked reports whether scanning stopped at a body this Conn cannot
 // follow; the current request must then be the connection's last.
@@ -94,8 +125,11 @@ type connKey struct{}
 // ConnContext is an http.Server ConnContext that makes the *Conn available
 // to handlers through FromContext.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
-	if gc, ok := c.(*Conn); ok {
+	switch gc := c.(type) {
+	case *Conn:
 		return context.WithValue(ctx, connKey{}, gc)
+	case tlsConn:
+		return context.WithValue(ctx, connKey{}, gc.Conn)
 	}
 	return ctx
 }

@@ -12,7 +12,17 @@ const (
 	// Unfollowable: a header block announced a body whose end the Scanner
 	// cannot find; nothing after it is scanned.
 	Unfollowable
+	// Preface: the stream opened with the HTTP/2 connection preface (a
+	// Scanner with H2C set): HTTP/2 frames follow, which are binary and
+	// not scanned.
+	Preface
 )
+
+// preface opens an HTTP/2 connection without TLS (h2c with prior knowledge,
+// RFC 9113 section 3.4). As HTTP/1.x it reads as two header blocks without
+// a bare LF or CR, so a Scanner passes it either way; what follows it is
+// binary.
+const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 // Scanner states.
 const (
@@ -29,6 +39,11 @@ const lineKeep = 48
 // order by Scan: it checks header blocks for bare LF and CR and skips
 // Content-Length bodies. The zero value expects a request line.
 type Scanner struct {
+	// H2C lets a stream that opens with the HTTP/2 preface through
+	// unscanned (Preface). Set it before the first Scan.
+	H2C bool
+	// pre is the number of stream bytes that matched the preface so far.
+	pre      int
 	state    uint8
 	prevCR   bool
 	lines    int // complete lines of the current block
@@ -60,6 +75,17 @@ func (s *Scanner) Scan(p []byte) (n int, v Verdict) {
 			continue
 		}
 		b := p[i]
+		if s.H2C && s.pre < len(preface) {
+			if s.pre == len(preface)-1 && b == preface[s.pre] {
+				s.state = stopped
+				return len(p), Preface
+			}
+			if b == preface[s.pre] {
+				s.pre++
+			} else {
+				s.H2C = false
+			}
+		}
 		switch {
 		case b == '\n' && !s.prevCR, s.prevCR && b != '\n':
 			p[i] = 0

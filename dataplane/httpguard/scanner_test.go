@@ -76,6 +76,47 @@ func TestScanner(t *testing.T) {
 	}
 }
 
+// TestScannerH2C: with H2C, a stream that opens with the HTTP/2 preface
+// passes unscanned from there on, whatever bytes its frames hold, however
+// it is split; any other stream is scanned as without H2C, and without
+// H2C the preface is an HTTP/1.x stream like any other.
+func TestScannerH2C(t *testing.T) {
+	// A SETTINGS frame whose payload holds 0x0a (LF) and 0x0d (CR), in that order.
+	frames := "\x00\x00\x06\x04\x00\x00\x00\x00\x00\x00\x03\x00\x00\x0a\x0d"
+	for _, tc := range []struct {
+		name    string
+		h2c     bool
+		in      string
+		verdict Verdict
+	}{
+		{"preface and frames", true, preface + frames, Preface},
+		{"the preface alone", true, preface, Preface},
+		{"without H2C the frames are refused", false, preface + frames, Refused},
+		{"HTTP/1.1 is still scanned", true, "GET / HTTP/1.1\r\nX-Note: a\nX-Injected: 1\r\n\r\n", Refused},
+		{"a near preface is HTTP/1.x", true, "PRI * HTTP/2.0\r\n\r\nSX\r\n\r\n" + frames, Refused},
+		{"the preface later in the stream is HTTP/1.x", true, "GET / HTTP/1.1\r\nHost: x\r\n\r\n" + preface + frames, Refused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, piece := range []int{1, 5, 23, 24, len(tc.in)} {
+				s := Scanner{H2C: tc.h2c}
+				buf := []byte(tc.in)
+				var got Verdict
+				for i := 0; i < len(buf) && got == Clean; i += piece {
+					p := buf[i:min(i+piece, len(buf))]
+					n, v := s.Scan(p)
+					got = v
+					if v == Preface && (n != len(p) || string(buf) != tc.in) {
+						t.Fatalf("pieces of %d: the preface's read delivered %d of %d bytes, changed %v", piece, n, len(p), string(buf) != tc.in)
+					}
+				}
+				if got != tc.verdict {
+					t.Fatalf("pieces of %d: verdict %d, want %d", piece, got, tc.verdict)
+				}
+			}
+		})
+	}
+}
+
 // FuzzScanner: the Scanner never panics, its result does not depend on how
 // the stream is split, it only ever replaces one byte (a CR or LF) with NUL
 // and cuts there, and a first header block with a bare LF or CR is always
