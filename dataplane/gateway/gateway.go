@@ -46,6 +46,7 @@ type Gateway struct {
 	log      logr.Logger
 	registry *prometheus.Registry
 	metrics  *metrics.Gateway
+	h2       *metrics.HTTP2
 
 	routes *routes.Watcher
 	// httpRoutes is the Gateway API route table (--gateway-api).
@@ -95,6 +96,7 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 	}
 	g := &Gateway{opts: opts, log: log, registry: prometheus.NewRegistry()}
 	g.metrics = metrics.NewGateway(g.registry)
+	g.h2 = metrics.NewHTTP2(g.registry)
 	if err := g.loadFiles(); err != nil {
 		return nil, err
 	}

@@ -44,6 +44,11 @@ type Options struct {
 	TLSListen   string
 	AdminListen string
 	Pprof       bool
+	// H2C, H2MaxStreams, H2ResetRate: see --h2c, --h2-max-concurrent-streams
+	// and --h2-reset-rate.
+	H2C          bool
+	H2MaxStreams int
+	H2ResetRate  float64
 
 	RLSListen      string
 	RLSDomainsFile string
@@ -139,8 +144,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 func (o *Options) addServingFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Listen, "listen", ":8080", "Address of the proxy (client traffic).")
 	fs.StringVar(&o.TLSListen, "tls-listen", "",
-		"With --gateway-api: address of the HTTPS port (e.g. :8443) serving the Gateways' HTTPS listeners (TLS 1.2 and later, HTTP/1.1): the certificate is chosen by the client's server name (SNI) "+
+		"With --gateway-api: address of the HTTPS port (e.g. :8443) serving the Gateways' HTTPS listeners (TLS 1.2 and later, HTTP/2 or HTTP/1.1 by ALPN): the certificate is chosen by the client's server name (SNI) "+
 			"from the Secret <route-table>-tls that the controller fills from the listeners' certificate Secrets, reloaded live. \"\" disables it.")
+	o.addHTTP2Flags(fs)
 	fs.StringVar(&o.AdminListen, "admin-listen", ":9090", "Address of /metrics, /healthz and /readyz; \"\" disables it.")
 	fs.BoolVar(&o.Pprof, "pprof", false, "Serve /debug/pprof/ on the admin address.")
 
@@ -156,6 +162,21 @@ func (o *Options) addServingFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.RLSTLSKey, "rls-tls-key", "", "With --rls-tls-cert: its PEM private key.")
 	fs.StringVar(&o.RLSClientCA, "rls-client-ca", "",
 		"With --rls-tls-cert: PEM CA certificates; clients of the rate limit port must then present a certificate they sign (mTLS).")
+}
+
+// addHTTP2Flags registers the flags of HTTP/2 from clients.
+func (o *Options) addHTTP2Flags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.H2C, "h2c", false,
+		"Also serve HTTP/2 without TLS on --listen (h2c with prior knowledge, as gRPC clients send it to an http:// address; no Upgrade: h2c), next to HTTP/1.1. "+
+			"Off by default: plain-text HTTP/2 is for trusted networks (in-cluster gRPC clients, or a front proxy that speaks it), and a front proxy that forwards "+
+			"a client's tunnel or upgraded connection as bytes would let that client speak HTTP/2 past it. The HTTPS port offers HTTP/2 (ALPN h2) either way.")
+	fs.IntVar(&o.H2MaxStreams, "h2-max-concurrent-streams", 100,
+		"HTTP/2: streams (requests) a client may have open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS); requests beyond it are refused by the protocol. "+
+			"Handlers run for at most this many per connection; streams reset before their handler started queue up to 4x as many, then the connection is closed (ENHANCE_YOUR_CALM).")
+	fs.Float64Var(&o.H2ResetRate, "h2-reset-rate", 100,
+		"HTTP/2: streams per second a client may reset (cancel) on one connection while the gateway still handles them, after a burst of twice --h2-max-concurrent-streams; "+
+			"a connection that resets more (a rapid reset flood, CVE-2023-44487) is closed and counted in tollgate_gateway_http2_reset_floods_total. "+
+			"gRPC clients reset a stream for every call they cancel or whose deadline passes: raise it for clients that cancel much. 0 disables the check.")
 }
 
 // addInputFlags registers the flags of what the gateway reads (routes, rules, API keys), how a request finds its tenant, and the response headers.
@@ -329,6 +350,10 @@ func (o *Options) validateTimeouts() error {
 		return fmt.Errorf("--reload-interval must be positive and --shutdown-grace not negative")
 	case o.ReadHeaderTimeout <= 0 || o.IdleTimeout <= 0:
 		return fmt.Errorf("--read-header-timeout and --idle-timeout must be positive")
+	case o.H2MaxStreams < 1 || o.H2MaxStreams > maxH2Streams:
+		return fmt.Errorf("--h2-max-concurrent-streams must be in [1, %d], got %d", maxH2Streams, o.H2MaxStreams)
+	case o.H2ResetRate < 0:
+		return fmt.Errorf("--h2-reset-rate must not be negative, got %v", o.H2ResetRate)
 	case o.UpstreamTimeout <= 0 || o.UpstreamTimeout > 10*time.Minute:
 		return fmt.Errorf("--upstream-timeout must be in (0, 10m], got %v", o.UpstreamTimeout)
 	case o.ClientBodyTimeout <= 0:

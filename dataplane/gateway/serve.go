@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -59,13 +58,19 @@ type server struct {
 func (g *Gateway) servers() []server {
 	var ss []server
 	if g.handler != nil {
-		// Header blocks with a bare LF or CR are refused with 400.
-		ss = append(ss, g.proxyServer("proxy", g.handler, httpguard.Listener(g.proxyLn)))
+		// HTTP/1.x header blocks with a bare LF or CR are refused with 400;
+		// with --h2c, HTTP/2 connections (binary frames) are not scanned.
+		ln := httpguard.Listener(g.proxyLn)
+		if g.opts.H2C {
+			ln = httpguard.H2CListener(g.proxyLn)
+		}
+		ss = append(ss, g.proxyServer("proxy", g.guardResets(g.handler), ln, g.opts.H2C))
 	}
 	if g.handler != nil && g.tlsLn != nil {
-		// TLS below the header check: it scans the decrypted bytes.
-		ln := httpguard.Listener(tls.NewListener(g.tlsLn, g.certs.Config()))
-		ss = append(ss, g.proxyServer("HTTPS proxy", withTLSState(g.handler, g.certs), ln))
+		// TLS below the header check: it scans the decrypted bytes of
+		// HTTP/1.1 connections; h2 ones go to net/http's HTTP/2 server.
+		ln := httpguard.TLSListener(g.tlsLn, g.certs.Config(), g.opts.ReadHeaderTimeout)
+		ss = append(ss, g.proxyServer("HTTPS proxy", withTLSState(g.guardResets(g.handler), g.certs), ln, false))
 	}
 	if g.rls != nil {
 		// Health reports NOT_SERVING until Ready, like /readyz.
@@ -83,14 +88,21 @@ func (g *Gateway) servers() []server {
 	return ss
 }
 
-// proxyServer serves handler on ln, an httpguard listener.
-func (g *Gateway) proxyServer(name string, handler http.Handler, ln net.Listener) server {
+// proxyServer serves handler on ln, an httpguard listener: HTTP/1.1, and
+// HTTP/2 over TLS (ALPN) or, with h2c, without.
+func (g *Gateway) proxyServer(name string, handler http.Handler, ln net.Listener, h2c bool) server {
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: g.opts.ReadHeaderTimeout,
 		IdleTimeout:       g.opts.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
-		ConnContext:       httpguard.ConnContext,
+		ConnContext:       g.connContext,
+		HTTP2:             g.http2Config(),
+	}
+	if h2c {
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
 	}
 	return server{name: name, serve: func() error { return srv.Serve(ln) }, shutdown: func(ctx context.Context) {
 		if err := srv.Shutdown(ctx); err != nil {
@@ -100,20 +112,13 @@ func (g *Gateway) proxyServer(name string, handler http.Handler, ln net.Listener
 	}}
 }
 
-// withTLSState sets r.TLS, which net/http leaves nil when the TLS
-// connection is wrapped (by httpguard), so that routing sees the request
-// came over TLS (the HTTPS listeners' rules, "https" redirects). A request
-// whose Host would get another certificate than the connection's server
-// name (SNI) got is answered 421 Misdirected Request (RFC 9110): a
-// connection made for one HTTPS listener does not serve another's hosts.
+// withTLSState answers a request whose Host would get another certificate
+// than the connection's server name (SNI) got with 421 Misdirected Request
+// (RFC 9110): a connection made for one HTTPS listener does not serve
+// another's hosts. (r.TLS is set over HTTP/2 and, through httpguard's
+// connection, over HTTP/1.1: routing sees the request came over TLS.)
 func withTLSState(next http.Handler, certs *tlscerts.Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c := httpguard.FromContext(r.Context()); c != nil && r.TLS == nil {
-			if tc, ok := c.Conn.(*tls.Conn); ok {
-				st := tc.ConnectionState()
-				r.TLS = &st
-			}
-		}
 		if r.TLS != nil && r.TLS.ServerName != "" {
 			host, set := urlpath.Host(r.Host), certs.Current()
 			if !strings.EqualFold(host, r.TLS.ServerName) && set.Lookup(host) != set.Lookup(r.TLS.ServerName) {

@@ -166,7 +166,8 @@ func (s *Store) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, er
 }
 
 // Config is the TLS configuration of the HTTPS port: TLS 1.2 and later,
-// the certificate chosen per handshake, HTTP/1.1.
+// the certificate chosen per handshake, HTTP/2 or HTTP/1.1 by ALPN (h2
+// first: a client that offers both gets HTTP/2).
 func (s *Store) Config() *tls.Config {
-	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.GetCertificate, NextProtos: []string{"http/1.1"}}
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.GetCertificate, NextProtos: []string{"h2", "http/1.1"}}
 }
