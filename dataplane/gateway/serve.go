@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/health"
 
 	"github.com/tollgate-dev/tollgate/dataplane/httpguard"
+	"github.com/tollgate-dev/tollgate/dataplane/proxy"
 	"github.com/tollgate-dev/tollgate/dataplane/rls"
 	"github.com/tollgate-dev/tollgate/dataplane/tlscerts"
 	"github.com/tollgate-dev/tollgate/internal/lib/urlpath"
@@ -122,7 +123,12 @@ func withTLSState(next http.Handler, certs *tlscerts.Store) http.Handler {
 		if r.TLS != nil && r.TLS.ServerName != "" {
 			host, set := urlpath.Host(r.Host), certs.Current()
 			if !strings.EqualFold(host, r.TLS.ServerName) && set.Lookup(host) != set.Lookup(r.TLS.ServerName) {
-				http.Error(w, "misdirected request: the Host is served with another certificate than this connection's server name", http.StatusMisdirectedRequest)
+				const msg = "misdirected request: the Host is served with another certificate than this connection's server name"
+				if proxy.IsGRPC(r) {
+					proxy.WriteGRPCStatus(w, http.StatusMisdirectedRequest, msg)
+					return
+				}
+				http.Error(w, msg, http.StatusMisdirectedRequest)
 				return
 			}
 		}

@@ -107,11 +107,11 @@ func (m *meter) clientGone() {
 }
 
 // leave starts reading the answer without its client: for a body field
-// that is not found yet, when a drain may start; else the upstream
-// request is canceled (a header's cost is known, a 5xx costs onError).
-// m.mu is held.
+// or a trailer that is not found yet, when a drain may start; else the
+// upstream request is canceled (a header's cost is known, a 5xx costs
+// onError). m.mu is held.
 func (m *meter) leave() {
-	if m.scan == nil || !m.drains.acquire() {
+	if m.scan == nil && m.res == nil || !m.drains.acquire() {
 		m.cutOff.Store(true)
 		m.state.Store(stopped)
 		m.cancel()

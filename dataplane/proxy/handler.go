@@ -149,6 +149,9 @@ func New(opts Options) *Handler {
 
 // ServeHTTP serves one request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if IsGRPC(r) {
+		w = grpcWriter{w} // the gateway's own answers in gRPC's form (reply)
+	}
 	if c := httpguard.FromContext(r.Context()); c != nil && c.Unchecked() {
 		// Later requests on this connection could not be checked for bare
 		// LF and CR: this one is its last.
@@ -322,9 +325,14 @@ func (h *Handler) admit(w http.ResponseWriter, up *upstream, rule *snapshot.Rule
 	return true
 }
 
-// reply writes one of the gateway's own answers as a small JSON body.
+// reply writes one of the gateway's own answers as a small JSON body, or
+// to a gRPC call as its grpc-status (grpc.go).
 func (h *Handler) reply(w http.ResponseWriter, route string, status int, msg string) {
 	h.opts.Metrics.Responses.WithLabelValues(route, codeClass(status), metrics.OriginGateway).Inc()
+	if _, ok := w.(grpcWriter); ok {
+		WriteGRPCStatus(w, status, msg)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)

@@ -38,9 +38,12 @@ type meter struct {
 	// status is the upstream's status; 0 when none came (the upstream
 	// failed, or the client went away first).
 	status int
-	// raw is the header's value, found whether the header was there.
+	// raw is the header's value, found whether the header was there; in a
+	// trailer (gRPC sends its metadata there) when res, the response, had
+	// it not in its headers (then read at the end of the body).
 	raw   string
 	found bool
+	res   *http.Response
 	// scan reads the body for jsonField (set under mu); ended: the body
 	// was read to its end; readFailed: a read of it failed (the upstream,
 	// or a cut); drained: the bytes read after the client left.
@@ -105,10 +108,11 @@ func (m *meter) start(res *http.Response) {
 	m.state.CompareAndSwap(waiting, streaming)
 	m.status = res.StatusCode
 	if m.rc.Header != "" {
-		vals := res.Header.Values(m.rc.Header)
-		m.found = len(vals) > 0
-		if len(vals) == 1 {
-			m.raw = vals[0] // twice: "" (not usable)
+		m.raw, m.found = headerCost(res.Header, m.rc.Header)
+		if !m.found && res.StatusCode != http.StatusSwitchingProtocols {
+			// Perhaps a trailer: the body is followed to its end.
+			m.res = res
+			res.Body = &meteredBody{ReadCloser: res.Body, m: m}
 		}
 		return
 	}
@@ -121,6 +125,16 @@ func (m *meter) start(res *http.Response) {
 		m.scan = usage.NewJSON(m.rc.JSONField)
 	}
 	res.Body = &meteredBody{ReadCloser: res.Body, m: m}
+}
+
+// headerCost is the value of the cost header name in h, raw ("" when it
+// is there twice: not usable), and found whether it is there.
+func headerCost(h http.Header, name string) (raw string, found bool) {
+	vals := h.Values(name)
+	if len(vals) == 1 {
+		return vals[0], true
+	}
+	return "", len(vals) > 0
 }
 
 // meteredBody hands every piece of a response body to the meter's scanner
@@ -148,7 +162,9 @@ func (b *meteredBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
-		_, _ = m.scan.Write(p[:n])
+		if m.scan != nil {
+			_, _ = m.scan.Write(p[:n])
+		}
 		if alone {
 			m.drained += int64(n)
 		}
@@ -190,7 +206,7 @@ func (m *meter) cost() (int64, string) {
 		return rc.OnError, metrics.CostError
 	}
 	if rc.Header != "" {
-		return m.value(m.raw, m.found)
+		return m.headerValue()
 	}
 	if m.scan == nil {
 		return rc.Default, metrics.CostDefault
@@ -207,6 +223,24 @@ func (m *meter) cost() (int64, string) {
 		return rc.OnError, metrics.CostError
 	}
 	return m.value(raw, found)
+}
+
+// headerValue is the cost of a response-header rule: the header's value,
+// else the trailer's once the body ended (a body that broke off before it
+// costs onError, or onClientGone when the client left).
+func (m *meter) headerValue() (int64, string) {
+	if m.found || m.res == nil {
+		return m.value(m.raw, m.found)
+	}
+	switch {
+	case m.ended:
+		return m.value(headerCost(m.res.Trailer, m.rc.Header))
+	case m.cutOff.Load():
+		return m.rc.ClientGone(), metrics.CostClientGone
+	case m.readFailed:
+		return m.rc.OnError, metrics.CostError
+	}
+	return m.rc.Default, metrics.CostDefault
 }
 
 // value is the cost of a reported raw value: bounded, or the default.

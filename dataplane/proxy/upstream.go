@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,7 +65,7 @@ type upstreams struct {
 	cur          perTable[routing.Router, routing.Route]
 
 	mu         sync.Mutex
-	transports map[time.Duration]*http.Transport
+	transports map[time.Duration]*upstreamTransport
 	buffers    bufferPool
 }
 
@@ -105,7 +106,7 @@ func (c *perTable[T, K]) get(table T, key K, build func() *upstream) *upstream {
 }
 
 func newUpstreams(m *metrics.Gateway, log *ratelog.Logger, timeout time.Duration, tenantHeader string) *upstreams {
-	u := &upstreams{metrics: m, log: log, timeout: timeout, tenantHeader: tenantHeader, transports: map[time.Duration]*http.Transport{}}
+	u := &upstreams{metrics: m, log: log, timeout: timeout, tenantHeader: tenantHeader, transports: map[time.Duration]*upstreamTransport{}}
 	u.cur.swapped = func(t routing.Router) { u.retain(t.HeaderTimeouts()) }
 	return u
 }
@@ -141,6 +142,7 @@ func (u *upstreams) build(route routing.Route) *upstream {
 		return up
 	}
 	up := u.buildWith(id, route.HeaderTimeout(), route.Rewrite)
+	up.proxy = withGRPCDeadline(up.proxy)
 	if timeout := route.RequestTimeout(); timeout > 0 {
 		next := up.proxy
 		up.proxy = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -242,9 +244,7 @@ func (u *upstreams) errorHandler(route string, classes *classCounters, clientTim
 			// The client, not the upstream, was too slow.
 			clientTimeout.Inc()
 			w.Header().Set("Connection", "close")
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusRequestTimeout)
-			_, _ = w.Write([]byte(`{"error":"request body not received in time"}` + "\n"))
+			writeError(w, req, http.StatusRequestTimeout, "request body not received in time")
 			return
 		}
 		if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
@@ -257,21 +257,57 @@ func (u *upstreams) errorHandler(route string, classes *classCounters, clientTim
 		}
 		u.log.Error(err, "upstream request failed", "route", route, "status", status)
 		classes[status/100].Inc()
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_, _ = w.Write([]byte(`{"error":"` + msg + `"}` + "\n"))
+		writeError(w, req, status, msg)
 	}
+}
+
+// writeError writes a gateway answer to a forwarded request whose
+// forwarding failed: a small JSON body, or to a gRPC call its grpc-status.
+func writeError(w http.ResponseWriter, req *http.Request, status int, msg string) {
+	if IsGRPC(req) {
+		WriteGRPCStatus(w, status, msg)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(`{"error":` + strconv.Quote(msg) + "}\n"))
 }
 
 // transport returns the shared transport for a response-header timeout. The
 // caller holds u.mu.
-func (u *upstreams) transport(timeout time.Duration) *http.Transport {
+func (u *upstreams) transport(timeout time.Duration) *upstreamTransport {
 	if t, ok := u.transports[timeout]; ok {
 		return t
 	}
-	t := NewTransport(timeout)
+	t := &upstreamTransport{http1: NewTransport(timeout), h2c: NewH2CTransport(timeout)}
 	u.transports[timeout] = t
 	return t
+}
+
+// upstreamTransport sends the requests of the routes of one
+// response-header timeout: over HTTP/1.1 (or HTTP/2 to an https upstream
+// that offers it by ALPN), or over HTTP/2 without TLS to an upstream the
+// route's Rewrite addressed as routing.SchemeH2C.
+type upstreamTransport struct {
+	http1, h2c *http.Transport
+}
+
+func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != routing.SchemeH2C {
+		return t.http1.RoundTrip(req)
+	}
+	// A shallow copy with an http URL: a RoundTripper does not change
+	// its request.
+	out, u := *req, *req.URL
+	u.Scheme = "http"
+	out.URL = &u
+	return t.h2c.RoundTrip(&out)
+}
+
+// CloseIdleConnections closes the idle connections of both transports.
+func (t *upstreamTransport) CloseIdleConnections() {
+	t.http1.CloseIdleConnections()
+	t.h2c.CloseIdleConnections()
 }
 
 // retain keeps the transports of the timeouts in keep (0: the default),
@@ -316,6 +352,20 @@ func NewTransport(responseHeaderTimeout time.Duration) *http.Transport {
 		ForceAttemptHTTP2:     true,
 		DisableCompression:    true,
 	}
+}
+
+// NewH2CTransport is NewTransport for upstreams that speak HTTP/2 without
+// TLS (h2c with prior knowledge: gRPC servers, Services whose port says
+// appProtocol kubernetes.io/h2c), for http URLs. Requests share a
+// connection per upstream, opening another when its streams are all in
+// use; a connection silent for 30 s is pinged, and closed when the ping
+// goes unanswered for 15 s (a dead upstream does not hold its streams).
+func NewH2CTransport(responseHeaderTimeout time.Duration) *http.Transport {
+	t := NewTransport(responseHeaderTimeout)
+	t.Protocols = new(http.Protocols)
+	t.Protocols.SetUnencryptedHTTP2(true)
+	t.HTTP2 = &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 15 * time.Second}
+	return t
 }
 
 func (u *upstreams) closeIdle() {

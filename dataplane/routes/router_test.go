@@ -85,3 +85,23 @@ func TestRouteAsRoutingRoute(t *testing.T) {
 		t.Errorf("rewritten to %s %s (path %q, raw %q), Host %q", u.Scheme, u.Host, u.Path, u.RawPath, pr.Out.Host)
 	}
 }
+
+// TestH2CUpstream: an h2c upstream (a gRPC server) is addressed with
+// routing.SchemeH2C, which the proxy's transport sends over HTTP/2
+// without TLS.
+func TestH2CUpstream(t *testing.T) {
+	table, err := Parse([]byte("routes:\n  - {id: echo, pathPrefix: /grpc.testing.TestService, upstream: 'h2c://127.0.0.1:50051'}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest("POST", "/grpc.testing.TestService/UnaryCall", nil)
+	route, out, refusal := table.Route(req)
+	if refusal.Status != 0 {
+		t.Fatalf("refused: %+v", refusal)
+	}
+	pr := &httputil.ProxyRequest{In: out, Out: out.Clone(out.Context())}
+	route.Rewrite(pr)
+	if got := pr.Out.URL.String(); got != "h2c://127.0.0.1:50051/grpc.testing.TestService/UnaryCall" {
+		t.Fatalf("outgoing URL %s", got)
+	}
+}

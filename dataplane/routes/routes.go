@@ -11,7 +11,7 @@
 //	    methods: [POST]                  # optional; empty means any method
 //	    path: /orders                    # exactly one of path (exact) ...
 //	    # pathPrefix: /api/              # ... or pathPrefix (segment-aware)
-//	    upstream: http://127.0.0.1:8081  # http or https; a base path is prepended
+//	    upstream: http://127.0.0.1:8081  # http, https, or h2c (HTTP/2 without TLS: gRPC servers); a base path is prepended
 //	    host: shop.example.com           # optional; case-insensitive, port ignored
 //	    stripPrefix: false               # optional, only with pathPrefix
 //	    timeout: 30s                     # optional response-header timeout, (0, 10m]; default: the gateway's --upstream-timeout
@@ -67,7 +67,8 @@ type Route struct {
 	// without a trailing slash ("/api/" in the file becomes "/api"), except
 	// for "/" itself. Exactly one of Path and PathPrefix is set.
 	PathPrefix string `json:"pathPrefix,omitempty"`
-	// Upstream is the http or https URL requests are forwarded to. It has a
+	// Upstream is the http, https or h2c URL requests are forwarded to
+	// (h2c: over HTTP/2 without TLS, routing.SchemeH2C). It has a
 	// host and no user info, query or fragment; its path, if any, is a base
 	// path prepended to the forwarded path (see UpstreamPath).
 	Upstream *url.URL `json:"upstream"`
@@ -439,8 +440,8 @@ func parseUpstream(s string) (*url.URL, string) {
 		return nil, fmt.Sprintf("invalid URL %q: %v", s, err)
 	}
 	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Sprintf("scheme must be http or https, got %q in %q", u.Scheme, s)
+	case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != routing.SchemeH2C:
+		return nil, fmt.Sprintf("scheme must be http, https or h2c, got %q in %q", u.Scheme, s)
 	case u.Opaque != "" || u.Host == "":
 		return nil, fmt.Sprintf("must include a host, as in \"http://127.0.0.1:8081\", got %q", s)
 	case u.Hostname() == "":

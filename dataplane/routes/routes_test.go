@@ -166,8 +166,8 @@ func TestParseErrors(t *testing.T) {
 		{"path with empty segment", route(`id: x, path: '/a//b', upstream: 'http://x'`), `path: must not contain empty`},
 		{"path with dot segment", route(`id: x, pathPrefix: '/a/.', upstream: 'http://x'`), `pathPrefix: must not contain empty ("//") or "." segments`},
 		{"missing upstream", route(`id: x, path: /x`), `routes[2] (id "x"): upstream: required`},
-		{"bad upstream scheme", route(`id: x, path: /x, upstream: 'ftp://x'`), `upstream: scheme must be http or https, got "ftp"`},
-		{"upstream without scheme", route(`id: x, path: /x, upstream: 'localhost:8080'`), `upstream: scheme must be http or https`},
+		{"bad upstream scheme", route(`id: x, path: /x, upstream: 'ftp://x'`), `upstream: scheme must be http, https or h2c, got "ftp"`},
+		{"upstream without scheme", route(`id: x, path: /x, upstream: 'localhost:8080'`), `upstream: scheme must be http, https or h2c`},
 		{"upstream without host", route(`id: x, path: /x, upstream: 'http:///x'`), `upstream: must include a host`},
 		{"upstream with port only", route(`id: x, path: /x, upstream: 'http://:80'`), `upstream: must include a host name`},
 		{"upstream bad port", route(`id: x, path: /x, upstream: 'http://x:99999'`), `upstream: invalid port "99999"`},
@@ -220,7 +220,7 @@ func TestParseReportsEveryError(t *testing.T) {
 	}
 	for _, want := range []string{
 		`routes[0] (id "a"): path: must start with "/"`,
-		`routes[0] (id "a"): upstream: scheme must be http or https`,
+		`routes[0] (id "a"): upstream: scheme must be http, https or h2c`,
 		`routes[1] (id "a"): timeout: must be at most`,
 	} {
 		if !strings.Contains(err.Error(), want) {

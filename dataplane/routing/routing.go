@@ -9,6 +9,7 @@ package routing
 import (
 	"net/http"
 	"net/http/httputil"
+	"strings"
 	"time"
 )
 
@@ -44,7 +45,9 @@ type Route interface {
 	// RequestTimeout bounds the whole forwarded request; 0: no bound.
 	RequestTimeout() time.Duration
 	// Rewrite sets the outgoing request: its destination (pr.Out.URL's
-	// scheme, host and path, and pr.Out.Host) and the route's own changes
+	// scheme, host and path, and pr.Out.Host; the scheme http, https, or
+	// SchemeH2C for an upstream that speaks HTTP/2 without TLS) and the
+	// route's own changes
 	// (header and path filters). The proxy then adds the X-Forwarded
 	// headers and, last, puts in the gateway's identity headers, so that a
 	// route can neither set the tenant header nor pass the API key on.
@@ -60,6 +63,12 @@ type Route interface {
 	// forwards nothing.
 	Redirect() http.HandlerFunc
 }
+
+// SchemeH2C, as the scheme of the outgoing request's URL (Route.Rewrite),
+// sends it over HTTP/2 without TLS (h2c with prior knowledge) to an http
+// address: gRPC servers, and Services whose port says appProtocol
+// kubernetes.io/h2c.
+const SchemeH2C = "h2c"
 
 // Refusal is the gateway's own answer to a request it cannot route. The
 // zero value refuses nothing. It is a value, not a pointer: a refusal costs
@@ -126,4 +135,21 @@ func ParseIdentity(s string) (Identity, bool) {
 
 func (i Identity) String() string {
 	return [...]string{"required", "optional", "none"}[min(int(i), 2)]
+}
+
+// IsGRPC reports whether r is a gRPC call: an HTTP/2 request with the
+// Content-Type application/grpc or application/grpc+<codec> (not gRPC-Web).
+// GRPCRoute rules match only such requests, and the proxy answers them in
+// gRPC's form.
+func IsGRPC(r *http.Request) bool {
+	if r.ProtoMajor != 2 {
+		return false
+	}
+	const grpc = "application/grpc"
+	ct := r.Header["Content-Type"]
+	if len(ct) != 1 || len(ct[0]) < len(grpc) || !strings.EqualFold(ct[0][:len(grpc)], grpc) {
+		return false
+	}
+	rest := ct[0][len(grpc):]
+	return rest == "" || rest[0] == '+' || rest[0] == ';'
 }
