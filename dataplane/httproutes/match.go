@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/tollgate-dev/tollgate/dataplane/routing"
 	"github.com/tollgate-dev/tollgate/internal/lib/urlpath"
 	"github.com/tollgate-dev/tollgate/pkg/routetable"
 )
@@ -30,6 +31,13 @@ import (
 //
 // Requests that arrived over TLS (r.TLS set) match only the rules attached
 // to HTTPS listeners, plain ones only those attached to HTTP listeners.
+//
+// GRPCRoute rules match gRPC calls only (routing.IsGRPC), and within a
+// hostname tier come before the HTTPRoute rules (a gRPC call that matches
+// none of them may still match an HTTPRoute), with the GRPCRoute spec's
+// precedence: a match with a service, then with a method, more header
+// matches, then the oldest route, the route first by "namespace/name",
+// rule and match order.
 type Table struct {
 	rules      []*Rule
 	plain, tls index
@@ -60,7 +68,10 @@ type backend struct {
 type entry struct {
 	rule  *Rule
 	match *routetable.Match
-	// precedence keys
+	// precedence keys; grpc, service and method for a GRPCRoute's
+	grpc     bool
+	service  int
+	gmethod  int
 	exact    bool
 	pathLen  int
 	method   bool
@@ -99,7 +110,8 @@ func New(t *routetable.Table) *Table {
 		for j := range r.Matches {
 			m := &r.Matches[j]
 			e := &entry{
-				rule: r, match: m, exact: m.PathType == routetable.PathExact, pathLen: len(m.PathValue),
+				rule: r, match: m, grpc: r.GRPC, service: len(m.GRPCService), gmethod: len(m.GRPCMethod),
+				exact: m.PathType == routetable.PathExact, pathLen: len(m.PathValue),
 				method: m.Method != "", headers: len(m.Headers), query: len(m.Query),
 				created: r.Created, route: r.Route, index: r.Index, matchIdx: j,
 			}
@@ -140,6 +152,12 @@ func sortEntries(es []*entry) {
 	sort.SliceStable(es, func(i, j int) bool {
 		a, b := es[i], es[j]
 		switch {
+		case a.grpc != b.grpc:
+			return a.grpc
+		case a.service != b.service:
+			return a.service > b.service
+		case a.gmethod != b.gmethod:
+			return a.gmethod > b.gmethod
 		case a.exact != b.exact:
 			return a.exact
 		case a.pathLen != b.pathLen:
@@ -227,16 +245,17 @@ func (t *Table) Match(r *http.Request) (Result, bool) {
 
 func first(es []*entry, r *http.Request, path string) *entry {
 	var query map[string][]string
+	var call *grpcCall
 	for _, e := range es {
 		m := e.match
-		if m.PathType == routetable.PathExact {
-			if path != m.PathValue {
+		if e.grpc {
+			if call == nil {
+				call = grpcCallOf(r, path)
+			}
+			if !call.matches(m) {
 				continue
 			}
-		} else if !urlpath.PrefixMatch(m.PathValue, path) {
-			continue
-		}
-		if m.Method != "" && m.Method != r.Method {
+		} else if !pathMatches(m, r, path) {
 			continue
 		}
 		ok := true
@@ -262,6 +281,46 @@ func first(es []*entry, r *http.Request, path string) *entry {
 		}
 	}
 	return nil
+}
+
+// pathMatches reports whether r, of path, matches m's path and method.
+func pathMatches(m *routetable.Match, r *http.Request, path string) bool {
+	if m.PathType == routetable.PathExact {
+		if path != m.PathValue {
+			return false
+		}
+	} else if !urlpath.PrefixMatch(m.PathValue, path) {
+		return false
+	}
+	return m.Method == "" || m.Method == r.Method
+}
+
+// grpcCall is what GRPCRoute matches see of a request: whether it is a
+// gRPC call, and its service and method (its path is /<service>/<method>;
+// ok is false for another path, which only a match of any call takes).
+type grpcCall struct {
+	is, ok          bool
+	service, method string
+}
+
+func grpcCallOf(r *http.Request, path string) *grpcCall {
+	c := &grpcCall{is: routing.IsGRPC(r)}
+	if rest, ok := strings.CutPrefix(path, "/"); ok {
+		c.service, c.method, c.ok = strings.Cut(rest, "/")
+		c.ok = c.ok && c.service != "" && c.method != "" && !strings.Contains(c.method, "/")
+	}
+	return c
+}
+
+// matches reports whether the call matches m's service and method.
+func (c *grpcCall) matches(m *routetable.Match) bool {
+	switch {
+	case !c.is:
+		return false
+	case m.GRPCService == "" && m.GRPCMethod == "":
+		return true
+	}
+	return c.ok && (m.GRPCService == "" || m.GRPCService == c.service) && (m.GRPCMethod == "" || m.GRPCMethod == c.method)
 }
 
 // Pick chooses a backend by weight and one of its endpoints. ok is false

@@ -20,9 +20,11 @@ var (
 )
 
 // target is what routing chose for one request, for the rule's Rewrite
-// and redirect: the endpoint (none for a redirect) and the match.
+// and redirect: the endpoint (none for a redirect), the protocol its
+// backend speaks, and the match.
 type target struct {
 	endpoint string
+	h2c      bool
 	match    *routetable.Match
 }
 
@@ -31,8 +33,9 @@ type targetKey struct{}
 // Route matches r (Match) and picks the rule's backend endpoint (Pick),
 // which it hands to the rule's Rewrite in the returned request's context.
 // It refuses with 404 (no match), 500 (the chosen backend reference did not
-// resolve, or the rule has no backend; the HTTPRoute's status says which
-// and why, clients learn no Service names) or 503 (no ready endpoint).
+// resolve, or the rule has no backend; the route's status says which and
+// why, clients learn no Service names) or 503 (no ready endpoint); the
+// proxy answers a gRPC call's refusal as UNIMPLEMENTED or UNAVAILABLE.
 func (t *Table) Route(r *http.Request) (routing.Route, *http.Request, routing.Refusal) {
 	res, ok := t.Match(r)
 	if !ok {
@@ -48,7 +51,7 @@ func (t *Table) Route(r *http.Request) (routing.Route, *http.Request, routing.Re
 			return res.Rule, r, routing.Refusal{Status: http.StatusServiceUnavailable, Message: "no ready endpoint for the route's backend",
 				Log: "no ready endpoint", LogValues: []any{"backend", b.Name}}
 		}
-		tgt.endpoint = endpoint
+		tgt.endpoint, tgt.h2c = endpoint, b.Protocol == routetable.ProtocolH2C
 	}
 	return res.Rule, r.WithContext(context.WithValue(r.Context(), targetKey{}, tgt)), routing.Refusal{}
 }
@@ -88,13 +91,17 @@ func (r *Rule) Identity() routing.Identity {
 // routetable.AnnotationForwardAuthorization.
 func (r *Rule) ForwardsAuthorization() bool { return r.ForwardAuthorization }
 
-// Rewrite sends the request to the endpoint Route chose, with the client's
-// Host (as other Gateway API implementations do) unless a URLRewrite
-// changes it, and applies the rule's RequestHeaderModifier and URLRewrite
-// filters in order.
+// Rewrite sends the request to the endpoint Route chose (over h2c when its
+// backend speaks HTTP/2: routing.SchemeH2C), with the client's Host (as
+// other Gateway API implementations do) unless a URLRewrite changes it,
+// and applies the rule's RequestHeaderModifier and URLRewrite filters in
+// order.
 func (r *Rule) Rewrite(pr *httputil.ProxyRequest) {
 	tgt, _ := pr.In.Context().Value(targetKey{}).(*target)
 	pr.Out.URL.Scheme = "http"
+	if tgt.h2c {
+		pr.Out.URL.Scheme = routing.SchemeH2C
+	}
 	pr.Out.URL.Host = tgt.endpoint
 	pr.Out.Host = pr.In.Host
 	for i := range r.Filters {

@@ -1,5 +1,6 @@
 // Package routetable is the compiled Gateway API route table: what the
-// controller makes of the HTTPRoutes attached to tollgate's Gateways (with
+// controller makes of the HTTPRoutes and GRPCRoutes attached to tollgate's
+// Gateways (with
 // their backends resolved to endpoint addresses), and what gateways load from
 // the route table ConfigMap to serve them. Like pkg/snapshot it is the format
 // both halves share; matching lives in dataplane/httproutes.
@@ -33,7 +34,7 @@ const (
 	LabelRouteTable = "ratelimit.tollgate.dev/route-table"
 	// AnnotationChecksum is the SHA-256 of the uncompressed JSON.
 	AnnotationChecksum = "ratelimit.tollgate.dev/checksum"
-	// AnnotationRules is the number of compiled HTTPRoute rules, for humans.
+	// AnnotationRules is the number of compiled route rules, for humans.
 	AnnotationRules = "ratelimit.tollgate.dev/rules"
 	// DefaultName is the default route table ConfigMap name.
 	DefaultName = "tollgate-httproutes"
@@ -108,12 +109,18 @@ func CertKeys(ref string) (crt, key string) {
 	return k + ".crt", k + ".key"
 }
 
-// Rule is one HTTPRoute rule as attached to tollgate's listeners.
+// Rule is one HTTPRoute or GRPCRoute rule as attached to tollgate's
+// listeners.
 type Rule struct {
-	// ID is the route id of the rule for rate limits and metrics; see RuleID.
+	// ID is the route id of the rule for rate limits and metrics; see
+	// RuleID and GRPCRuleID.
 	ID string `json:"id"`
-	// Route is the HTTPRoute as "namespace/name".
+	// Route is the HTTPRoute or GRPCRoute as "namespace/name".
 	Route string `json:"route"`
+	// GRPC: the rule is a GRPCRoute's. It matches gRPC calls only, by
+	// their service and method (Match.GRPCService, GRPCMethod) and
+	// headers; its matches have no path, method or query.
+	GRPC bool `json:"grpc,omitempty"`
 	// Created is the HTTPRoute's creationTimestamp (Unix seconds), for
 	// precedence.
 	Created int64 `json:"created"`
@@ -167,12 +174,18 @@ const (
 	PathPrefix = "PathPrefix"
 )
 
-// Match is one HTTPRouteMatch.
+// Match is one HTTPRouteMatch, or one GRPCRouteMatch.
 type Match struct {
 	// PathType is PathExact or PathPrefix; PathValue starts with "/". A
-	// prefix is stored without its trailing slash, except "/".
-	PathType  string `json:"pathType"`
-	PathValue string `json:"path"`
+	// prefix is stored without its trailing slash, except "/". Empty in a
+	// GRPCRoute's match.
+	PathType  string `json:"pathType,omitempty"`
+	PathValue string `json:"path,omitempty"`
+	// GRPCService and GRPCMethod, in a GRPCRoute's match, must equal the
+	// call's service and method (its path is /<service>/<method>); ""
+	// matches any.
+	GRPCService string `json:"grpcService,omitempty"`
+	GRPCMethod  string `json:"grpcMethod,omitempty"`
 	// Method, when set, must equal the request's.
 	Method string `json:"method,omitempty"`
 	// Headers must all be present with exactly these values; names are
@@ -225,10 +238,18 @@ type Backend struct {
 	Weight int32  `json:"weight"`
 	// Endpoints are the ready endpoint addresses ("ip:port").
 	Endpoints []string `json:"endpoints,omitempty"`
+	// Protocol is how the gateway speaks to the endpoints: "" HTTP/1.1,
+	// ProtocolH2C HTTP/2 without TLS (a GRPCRoute's backends, and Service
+	// ports with appProtocol kubernetes.io/h2c).
+	Protocol string `json:"protocol,omitempty"`
 	// Error, when set, is why the reference did not resolve: requests
 	// sent to this backend are answered 500.
 	Error string `json:"error,omitempty"`
 }
+
+// ProtocolH2C is Backend.Protocol for HTTP/2 without TLS (h2c with prior
+// knowledge).
+const ProtocolH2C = "h2c"
 
 // RuleID is the route id of rule of HTTPRoute namespace/name: the
 // rule's name (section) or, for an unnamed rule, its index. Ids are
@@ -236,7 +257,20 @@ type Backend struct {
 // occurs in none of the parts), shortened with a hash suffix when longer than
 // v1alpha1.MaxIdentifierLength.
 func RuleID(namespace, name, section string, index int) string {
-	id := namespace + "_" + name + "_"
+	return ruleID("", namespace, name, section, index)
+}
+
+// GRPCRuleID is the route id of rule of GRPCRoute namespace/name:
+// "grpc_" and then what RuleID says, so that an HTTPRoute and a GRPCRoute
+// of one name never share an id (an HTTPRoute's has three parts between
+// '_', or four with an empty third; a GRPCRoute's four with a third that is
+// not empty, or five).
+func GRPCRuleID(namespace, name, section string, index int) string {
+	return ruleID("grpc_", namespace, name, section, index)
+}
+
+func ruleID(prefix, namespace, name, section string, index int) string {
+	id := prefix + namespace + "_" + name + "_"
 	if section != "" {
 		id += section
 	} else {
@@ -334,17 +368,17 @@ func (t *Table) Validate() error {
 		if len(r.Matches) == 0 {
 			return fmt.Errorf("rules[%d] (%s): no matches", i, r.ID)
 		}
-		for j, m := range r.Matches {
-			if m.PathType != PathExact && m.PathType != PathPrefix {
-				return fmt.Errorf("rules[%d].matches[%d]: path type %q", i, j, m.PathType)
-			}
-			if !strings.HasPrefix(m.PathValue, "/") {
-				return fmt.Errorf("rules[%d].matches[%d]: path %q does not start with /", i, j, m.PathValue)
+		for j := range r.Matches {
+			if err := r.Matches[j].validate(r.GRPC); err != nil {
+				return fmt.Errorf("rules[%d].matches[%d]: %w", i, j, err)
 			}
 		}
 		for j, b := range r.Backends {
 			if b.Weight < 0 {
 				return fmt.Errorf("rules[%d].backends[%d]: negative weight", i, j)
+			}
+			if b.Protocol != "" && b.Protocol != ProtocolH2C {
+				return fmt.Errorf("rules[%d].backends[%d]: protocol %q", i, j, b.Protocol)
 			}
 		}
 		for j, f := range r.Filters {
@@ -357,6 +391,29 @@ func (t *Table) Validate() error {
 				return fmt.Errorf("rules[%d].filters[%d]: path modifier %q", i, j, f.PathType)
 			}
 		}
+	}
+	return nil
+}
+
+// validate checks a match of an HTTPRoute rule, or with grpc of a
+// GRPCRoute rule.
+func (m *Match) validate(grpc bool) error {
+	if grpc {
+		switch {
+		case m.PathType != "" || m.PathValue != "" || m.Method != "" || len(m.Query) > 0:
+			return errors.New("a GRPCRoute match with a path, method or query")
+		case strings.Contains(m.GRPCService, "/") || strings.Contains(m.GRPCMethod, "/"):
+			return fmt.Errorf("gRPC service %q or method %q with a '/'", m.GRPCService, m.GRPCMethod)
+		}
+		return nil
+	}
+	switch {
+	case m.GRPCService != "" || m.GRPCMethod != "":
+		return errors.New("an HTTPRoute match with a gRPC service or method")
+	case m.PathType != PathExact && m.PathType != PathPrefix:
+		return fmt.Errorf("path type %q", m.PathType)
+	case !strings.HasPrefix(m.PathValue, "/"):
+		return fmt.Errorf("path %q does not start with /", m.PathValue)
 	}
 	return nil
 }

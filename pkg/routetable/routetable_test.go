@@ -90,3 +90,63 @@ func TestConfigMapTooLarge(t *testing.T) {
 		t.Errorf("8,000 incompressible rules: err %v, want ErrTooLarge", err)
 	}
 }
+
+// TestGRPCRuleID: a GRPCRoute's rule ids never equal an HTTPRoute's, of
+// whatever names: "grpc" as a namespace and the other parts shifted cannot
+// make one from the other.
+func TestGRPCRuleID(t *testing.T) {
+	if got := GRPCRuleID("shop", "echo", "unary", 0); got != "grpc_shop_echo_unary" {
+		t.Errorf("named: %q", got)
+	}
+	if got := GRPCRuleID("shop", "echo", "", 1); got != "grpc_shop_echo__1" {
+		t.Errorf("unnamed: %q", got)
+	}
+	http := map[string]bool{}
+	parts := []string{"grpc", "shop", "echo", "unary", "x"}
+	for _, ns := range parts {
+		for _, name := range parts {
+			for _, sec := range append(parts, "") {
+				http[RuleID(ns, name, sec, 0)] = true
+			}
+		}
+	}
+	for _, ns := range parts {
+		for _, name := range parts {
+			for _, sec := range append(parts, "") {
+				if id := GRPCRuleID(ns, name, sec, 0); http[id] || !v1alpha1.ValidIdentifier(id) {
+					t.Errorf("GRPCRuleID(%q, %q, %q) = %q: an HTTPRoute id too, or not valid", ns, name, sec, id)
+				}
+			}
+		}
+	}
+	long := GRPCRuleID("team-"+strings.Repeat("a", 50), strings.Repeat("r", 200), "rule", 0)
+	if !v1alpha1.ValidIdentifier(long) || long == RuleID("team-"+strings.Repeat("a", 50), strings.Repeat("r", 200), "rule", 0) {
+		t.Errorf("a long GRPCRoute id %q", long)
+	}
+}
+
+// TestValidateGRPC: a GRPCRoute's rule matches by service and method, an
+// HTTPRoute's by path; neither takes the other's fields, and a backend
+// speaks HTTP/1.1 or h2c.
+func TestValidateGRPC(t *testing.T) {
+	good := Rule{ID: "grpc_shop_echo__0", GRPC: true, Matches: []Match{{GRPCService: "grpc.testing.TestService", GRPCMethod: "UnaryCall"}, {}},
+		Backends: []Backend{{Name: "shop/echo:50051", Weight: 1, Protocol: ProtocolH2C}}}
+	if err := (&Table{Rules: []Rule{good}}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mutate := range map[string]func(r *Rule){
+		"a path in a gRPC match":   func(r *Rule) { r.Matches[0].PathType, r.Matches[0].PathValue = PathPrefix, "/" },
+		"a method in a gRPC match": func(r *Rule) { r.Matches[0].Method = "POST" },
+		"a slash in a service":     func(r *Rule) { r.Matches[0].GRPCService = "a/b" },
+		"a gRPC match in HTTP":     func(r *Rule) { r.GRPC = false },
+		"an unknown protocol":      func(r *Rule) { r.Backends[0].Protocol = "h3" },
+	} {
+		r := good
+		r.Matches = append([]Match(nil), good.Matches...)
+		r.Backends = append([]Backend(nil), good.Backends...)
+		mutate(&r)
+		if err := (&Table{Rules: []Rule{r}}).Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
