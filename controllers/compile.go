@@ -44,7 +44,7 @@ type compiled struct {
 // no part in conflicts: it cannot displace an allowed one.
 //
 // Rules with a spec.targetRef are expanded first (expandTargets; targets is
-// nil outside Gateway API mode): one rule with n HTTPRoute rules compiles as
+// nil outside Gateway API mode): one rule with n route rules compiles as
 // n snapshot rules, and its verdict is Accepted when any of them is.
 //
 // Rules whose spec.expiresAt is at or before now take no part

@@ -31,16 +31,16 @@ import (
 	"github.com/tollgate-dev/tollgate/pkg/routetable"
 )
 
-// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=gatewayclasses;gateways;httproutes;referencegrants,verbs=get;list;watch
-// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=gatewayclasses/status;gateways/status;httproutes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=gatewayclasses;gateways;httproutes;grpcroutes;referencegrants,verbs=get;list;watch
+// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=gatewayclasses/status;gateways/status;httproutes/status;grpcroutes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get
 
 // GatewayAPIReconciler serves the Gateway API: it compiles the HTTPRoutes
-// attached to the Gateways of tollgate's GatewayClasses into the route table
-// ConfigMap that gateways load (--gateway-api), and writes the status of the
-// GatewayClasses, Gateways and HTTPRoutes. Every event maps to one work item;
+// and GRPCRoutes attached to the Gateways of tollgate's GatewayClasses into
+// the route table ConfigMap that gateways load (--gateway-api), and writes
+// the status of the GatewayClasses, Gateways, HTTPRoutes and GRPCRoutes. Every event maps to one work item;
 // a pass recompiles everything, publishes the table if it changed, and patches
 // only the statuses that changed.
 type GatewayAPIReconciler struct {
@@ -55,26 +55,27 @@ var gwKey = reconcile.Request{NamespacedName: types.NamespacedName{Name: "gatewa
 
 // gwLists are the objects of one pass.
 type gwLists struct {
-	classes gwv1.GatewayClassList
-	gws     gwv1.GatewayList
-	routes  gwv1.HTTPRouteList
+	classes    gwv1.GatewayClassList
+	gws        gwv1.GatewayList
+	routes     gwv1.HTTPRouteList
+	grpcRoutes gwv1.GRPCRouteList
 }
 
 // input lists everything a pass compiles (from the cache).
 func (r *GatewayAPIReconciler) input(ctx context.Context) (*gatewayapi.Input, *gwLists, error) {
-	in := &gatewayapi.Input{Port: r.opts.GatewayPort, TLSPort: r.opts.GatewayTLSPort, Namespaces: map[string]labels.Set{}}
+	in := &gatewayapi.Input{Port: r.opts.GatewayPort, TLSPort: r.opts.GatewayTLSPort, H2C: r.opts.GatewayH2C, Namespaces: map[string]labels.Set{}}
 	var l gwLists
 	var svcs corev1.ServiceList
 	var slices discoveryv1.EndpointSliceList
 	var grants gwv1.ReferenceGrantList
 	var nss metav1.PartialObjectMetadataList
 	nss.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
-	for _, list := range []client.ObjectList{&l.classes, &l.gws, &l.routes, &svcs, &slices, &grants, &nss} {
+	for _, list := range []client.ObjectList{&l.classes, &l.gws, &l.routes, &l.grpcRoutes, &svcs, &slices, &grants, &nss} {
 		if err := r.client.List(ctx, list); err != nil {
 			return nil, nil, fmt.Errorf("listing %T: %w", list, err)
 		}
 	}
-	in.Classes, in.Gateways, in.Routes = l.classes.Items, l.gws.Items, l.routes.Items
+	in.Classes, in.Gateways, in.Routes, in.GRPCRoutes = l.classes.Items, l.gws.Items, l.routes.Items, l.grpcRoutes.Items
 	in.Services, in.Slices, in.Grants = svcs.Items, slices.Items, grants.Items
 	for _, n := range nss.Items {
 		in.Namespaces[n.Name] = labels.Set(n.Labels)
@@ -105,20 +106,7 @@ func (r *GatewayAPIReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 	}
 	pub := gatewayapi.Publication{Table: r.opts.SnapshotNamespace + "/" + r.opts.RouteTableName, Err: pubErr}
 	pub.Addresses, pub.AddressErr = r.addresses(ctx)
-	var errs []error
-	if err := r.writeClasses(ctx, lists.classes.Items); err != nil {
-		errs = append(errs, err)
-	}
-	for i := range lists.gws.Items {
-		if err := r.writeGateway(ctx, &lists.gws.Items[i], out, pub); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	for i := range lists.routes.Items {
-		if err := r.writeRoute(ctx, &lists.routes.Items[i], out); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs := r.writeStatuses(ctx, lists, out, pub)
 	if pubErr != nil {
 		errs = append(errs, pubErr)
 	}
@@ -139,6 +127,33 @@ func (r *GatewayAPIReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 	}
 	// The gateway Service's addresses are read, not watched.
 	return reconcile.Result{RequeueAfter: time.Minute}, nil
+}
+
+// writeStatuses writes the statuses of a pass that changed, and returns
+// the errors of the writes that failed.
+func (r *GatewayAPIReconciler) writeStatuses(ctx context.Context, lists *gwLists, out *gatewayapi.Output, pub gatewayapi.Publication) []error {
+	var errs []error
+	if err := r.writeClasses(ctx, lists.classes.Items); err != nil {
+		errs = append(errs, err)
+	}
+	for i := range lists.gws.Items {
+		if err := r.writeGateway(ctx, &lists.gws.Items[i], out, pub); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for i := range lists.routes.Items {
+		rt := &lists.routes.Items[i]
+		if err := r.writeRoute(ctx, rt, &rt.Status.RouteStatus, out.RouteParents(rt)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for i := range lists.grpcRoutes.Items {
+		rt := &lists.grpcRoutes.Items[i]
+		if err := r.writeRoute(ctx, rt, &rt.Status.RouteStatus, out.GRPCRouteParents(rt)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
 
 // publish writes the route table ConfigMap when its content changed.
@@ -217,7 +232,7 @@ func (r *GatewayAPIReconciler) writeClasses(ctx context.Context, classes []gwv1.
 		if version == "" && versionErr == nil {
 			version, versionErr = r.crdVersion(ctx)
 		}
-		want := gatewayapi.ClassStatus(c, version, versionErr)
+		want := gatewayapi.ClassStatus(c, version, versionErr, r.opts.GatewayH2C)
 		if apiequality.Semantic.DeepEqual(&c.Status, want) {
 			continue
 		}
@@ -238,12 +253,13 @@ func (r *GatewayAPIReconciler) writeGateway(ctx context.Context, gw *gwv1.Gatewa
 	return client.IgnoreNotFound(r.client.Status().Update(ctx, gw))
 }
 
-func (r *GatewayAPIReconciler) writeRoute(ctx context.Context, rt *gwv1.HTTPRoute, out *gatewayapi.Output) error {
-	parents := out.RouteParents(rt)
-	if apiequality.Semantic.DeepEqual(rt.Status.Parents, parents) || len(rt.Status.Parents) == 0 && len(parents) == 0 {
+// writeRoute writes parents into the status st of route rt (an HTTPRoute
+// or a GRPCRoute) when they changed.
+func (r *GatewayAPIReconciler) writeRoute(ctx context.Context, rt client.Object, st *gwv1.RouteStatus, parents []gwv1.RouteParentStatus) error {
+	if apiequality.Semantic.DeepEqual(st.Parents, parents) || len(st.Parents) == 0 && len(parents) == 0 {
 		return nil
 	}
-	rt.Status.Parents = parents
+	st.Parents = parents
 	return client.IgnoreNotFound(r.client.Status().Update(ctx, rt))
 }
 
@@ -263,6 +279,7 @@ func (r *GatewayAPIReconciler) setupWithManager(mgr ctrl.Manager) error {
 		Watches(&gwv1.GatewayClass{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&gwv1.Gateway{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&gwv1.HTTPRoute{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&gwv1.GRPCRoute{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&gwv1.ReferenceGrant{}, toKey).
 		Watches(&corev1.Service{}, toKey).
 		Watches(&discoveryv1.EndpointSlice{}, toKey).

@@ -56,8 +56,9 @@ type Options struct {
 
 	// GatewayAPI enables Gateway API mode: the controller serves the
 	// GatewayClasses whose controllerName is gatewayapi.ControllerName, compiles the
-	// HTTPRoutes attached to their Gateways into the route table ConfigMap
-	// RouteTableName, and resolves RateLimitRules' spec.targetRef.
+	// HTTPRoutes and GRPCRoutes attached to their Gateways into the route
+	// table ConfigMap RouteTableName, and resolves RateLimitRules'
+	// spec.targetRef.
 	GatewayAPI bool
 	// GatewayPort is the port on which the gateway Service serves HTTP:
 	// the only listener port Gateways may use. Default 80.
@@ -66,6 +67,10 @@ type Options struct {
 	// the only port of HTTPS listeners; 0 refuses them (the flag's
 	// default is 443).
 	GatewayTLSPort int32
+	// GatewayH2C says the gateways serve HTTP/2 without TLS on GatewayPort
+	// (their --h2c): HTTP listeners then take GRPCRoutes, and the
+	// GatewayClasses claim the GRPCRoute conformance features.
+	GatewayH2C bool
 	// GatewayService names the gateway Service in SnapshotNamespace whose
 	// addresses Gateways report. Default tollgate-gateway.
 	GatewayService string
@@ -114,12 +119,16 @@ func (o *Options) AddFlags(fs *pflag.FlagSet, defaultNamespace string) {
 			snapshot.FormatTenant, snapshot.Format, snapshot.Format))
 	fs.BoolVar(&o.GatewayAPI, "gateway-api", false,
 		"Gateway API mode (the Gateway API CRDs must be installed): serve GatewayClasses with controllerName "+gatewayapi.ControllerName+
-			", compile the HTTPRoutes attached to their Gateways into the route table ConfigMap that gateways started with --gateway-api load, "+
+			", compile the HTTPRoutes and GRPCRoutes attached to their Gateways into the route table ConfigMap that gateways started with --gateway-api load, "+
 			"and resolve RateLimitRules' spec.targetRef.")
 	fs.Int32Var(&o.GatewayPort, "gateway-port", 80, "With --gateway-api: the port on which the gateway Service serves HTTP, the only listener port Gateways may use.")
 	fs.Int32Var(&o.GatewayTLSPort, "gateway-tls-port", 443,
 		"With --gateway-api: the port on which the gateway Service serves HTTPS (gateways' --tls-listen), the only port of HTTPS listeners, whose certificate Secrets "+
 			"the controller copies into the Secret <route-table>-tls that gateways read. 0: HTTPS listeners are refused (UnsupportedProtocol).")
+	fs.BoolVar(&o.GatewayH2C, "gateway-h2c", false,
+		"With --gateway-api: the gateways serve HTTP/2 without TLS on --gateway-port (they run with --h2c), so HTTP listeners take GRPCRoutes "+
+			"(gRPC needs HTTP/2; HTTPS listeners take them either way) and the GatewayClasses claim the GRPCRoute features. Without it, "+
+			"a listener that asks for GRPCRoutes on HTTP says ResolvedRefs=False (InvalidRouteKinds).")
 	fs.StringVar(&o.GatewayService, "gateway-service", "tollgate-gateway", "With --gateway-api: the gateway Service (in --snapshot-namespace) whose addresses Gateways report.")
 	fs.StringVar(&o.RouteTableName, "route-table", routetable.DefaultName, "With --gateway-api: name of the route table ConfigMap written to --snapshot-namespace.")
 }

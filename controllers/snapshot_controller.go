@@ -100,23 +100,27 @@ func (r *SnapshotReconciler) Reconcile(ctx context.Context, _ reconcile.Request)
 	return reconcile.Result{RequeueAfter: r.untilExpiry()}, nil
 }
 
-// listTargets lists the HTTPRoutes and Gateways that RateLimitRules
-// attach to with spec.targetRef.
+// listTargets lists the HTTPRoutes, GRPCRoutes and Gateways that
+// RateLimitRules attach to with spec.targetRef.
 func (r *SnapshotReconciler) listTargets(ctx context.Context) (*targetObjects, error) {
 	var hrs gwv1.HTTPRouteList
-	if err := r.client.List(ctx, &hrs, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing HTTPRoutes for RateLimitRule targetRefs: %w", err)
-	}
+	var grs gwv1.GRPCRouteList
 	var gws gwv1.GatewayList
-	if err := r.client.List(ctx, &gws, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing Gateways for RateLimitRule targetRefs: %w", err)
+	for _, l := range []client.ObjectList{&hrs, &grs, &gws} {
+		if err := r.client.List(ctx, l, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("listing %T for RateLimitRule targetRefs: %w", l, err)
+		}
 	}
 	t := &targetObjects{
 		routes:   make(map[types.NamespacedName]*gwv1.HTTPRoute, len(hrs.Items)),
+		grpc:     make(map[types.NamespacedName]*gwv1.GRPCRoute, len(grs.Items)),
 		gateways: make(map[types.NamespacedName]*gwv1.Gateway, len(gws.Items)),
 	}
 	for i := range hrs.Items {
 		t.routes[client.ObjectKeyFromObject(&hrs.Items[i])] = &hrs.Items[i]
+	}
+	for i := range grs.Items {
+		t.grpc[client.ObjectKeyFromObject(&grs.Items[i])] = &grs.Items[i]
 	}
 	for i := range gws.Items {
 		t.gateways[client.ObjectKeyFromObject(&gws.Items[i])] = &gws.Items[i]
@@ -552,8 +556,10 @@ func (r *SnapshotReconciler) setupWithManager(mgr ctrl.Manager) error {
 		// every rule twice.
 		WatchesMetadata(&corev1.ConfigMap{}, toKey, builder.WithPredicates(shardEvents))
 	if r.opts.GatewayAPI {
-		// targetRefs resolve to the rules of HTTPRoutes.
+		// targetRefs resolve to the rules of HTTPRoutes, GRPCRoutes and
+		// Gateways.
 		b = b.Watches(&gwv1.HTTPRoute{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+			Watches(&gwv1.GRPCRoute{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 			Watches(&gwv1.Gateway{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	}
 	if r.opts.NamespacePolicy != PolicyOpen {

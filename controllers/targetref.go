@@ -16,11 +16,12 @@ import (
 // and name; nil outside Gateway API mode.
 type targetObjects struct {
 	routes   map[types.NamespacedName]*gwv1.HTTPRoute
+	grpc     map[types.NamespacedName]*gwv1.GRPCRoute
 	gateways map[types.NamespacedName]*gwv1.Gateway
 }
 
 // Attachment levels, least specific first: a rule on a Gateway (or one
-// listener), on an HTTPRoute, on one rule of an HTTPRoute. For the route
+// listener), on a route (HTTPRoute, GRPCRoute), on one rule of a route. For the route
 // ids several levels target, of one tenant and kind, only the most
 // specific applies (GEP-713: the more specific policy wins).
 const (
@@ -31,12 +32,12 @@ const (
 )
 
 // expandTargets replaces every RateLimitRule with a spec.targetRef by one
-// copy per HTTPRoute rule it limits, with spec.route set to that rule's
-// route id (routetable.RuleID), so the snapshot holds one rule per (tenant,
-// HTTPRoute rule); the copies keep the object's name, so that a rule not
-// keyed by route (spec.by) has one bucket across them. A rule on a
-// Gateway limits every HTTPRoute rule attached to it (or to its listener
-// sectionName). A more specific target takes precedence over a less
+// copy per HTTPRoute or GRPCRoute rule it limits, with spec.route set to
+// that rule's route id (routetable.RuleID, GRPCRuleID), so the snapshot
+// holds one rule per (tenant, route rule); the copies keep the object's
+// name, so that a rule not keyed by route (spec.by) has one bucket across
+// them. A rule on a Gateway limits every route rule attached to it (or to
+// its listener sectionName). A more specific target takes precedence over a less
 // specific one of the same tenant and kind (spec.by) on the route ids both
 // target: the latter is not expanded there. Rules whose target does not
 // exist get a TargetNotFound verdict instead.
@@ -116,14 +117,14 @@ func (t *targetObjects) ids(obj *v1alpha1.RateLimitRule) ([]string, int, string)
 	if ref.Kind == "Gateway" {
 		return t.gatewayIDs(obj)
 	}
-	ids, msg := routeIDs(obj, t.routes)
+	ids, msg := t.routeIDs(obj)
 	if ref.SectionName != "" {
 		return ids, levelRouteRule, msg
 	}
 	return ids, levelRoute, msg
 }
 
-// gatewayIDs are the route ids of every HTTPRoute rule attached to the
+// gatewayIDs are the route ids of every route rule attached to the
 // Gateway obj's targetRef names (by the routes' parentRefs: the Gateway,
 // and with sectionName that listener or every listener).
 func (t *targetObjects) gatewayIDs(obj *v1alpha1.RateLimitRule) ([]string, int, string) {
@@ -141,19 +142,22 @@ func (t *targetObjects) gatewayIDs(obj *v1alpha1.RateLimitRule) ([]string, int, 
 	}
 	var ids []string
 	for _, rt := range t.routes {
-		if attaches(rt, gw, ref.SectionName) {
+		if attaches(rt.Namespace, rt.Spec.ParentRefs, gw, ref.SectionName) {
 			for j, r := range rt.Spec.Rules {
-				section := ""
-				if r.Name != nil {
-					section = string(*r.Name)
-				}
-				ids = append(ids, routetable.RuleID(rt.Namespace, rt.Name, section, j))
+				ids = append(ids, routetable.RuleID(rt.Namespace, rt.Name, sectionOf(r.Name), j))
+			}
+		}
+	}
+	for _, rt := range t.grpc {
+		if attaches(rt.Namespace, rt.Spec.ParentRefs, gw, ref.SectionName) {
+			for j, r := range rt.Spec.Rules {
+				ids = append(ids, routetable.GRPCRuleID(rt.Namespace, rt.Name, sectionOf(r.Name), j))
 			}
 		}
 	}
 	sort.Strings(ids)
 	if len(ids) == 0 {
-		return nil, 0, fmt.Sprintf("no HTTPRoute is attached to Gateway %s/%s%s", obj.Namespace, ref.Name, listenerNote(ref.SectionName))
+		return nil, 0, fmt.Sprintf("no HTTPRoute or GRPCRoute is attached to Gateway %s/%s%s", obj.Namespace, ref.Name, listenerNote(ref.SectionName))
 	}
 	return ids, level, ""
 }
@@ -174,12 +178,12 @@ func hasListener(gw *gwv1.Gateway, name string) bool {
 	return false
 }
 
-// attaches reports whether rt names gw in a parentRef, for listener
-// section (every listener when ""; a parentRef without sectionName
-// attaches to every listener).
-func attaches(rt *gwv1.HTTPRoute, gw *gwv1.Gateway, section string) bool {
-	for _, p := range rt.Spec.ParentRefs {
-		ns := rt.Namespace
+// attaches reports whether the parentRefs of a route in namespace ns
+// name gw, for listener section (every listener when ""; a parentRef
+// without sectionName attaches to every listener).
+func attaches(routeNS string, parents []gwv1.ParentReference, gw *gwv1.Gateway, section string) bool {
+	for _, p := range parents {
+		ns := routeNS
 		if p.Namespace != nil {
 			ns = string(*p.Namespace)
 		}
@@ -193,29 +197,51 @@ func attaches(rt *gwv1.HTTPRoute, gw *gwv1.Gateway, section string) bool {
 	return false
 }
 
-// routeIDs are the route ids of the HTTPRoute rules obj's targetRef names,
-// or why there are none.
-func routeIDs(obj *v1alpha1.RateLimitRule, routes map[types.NamespacedName]*gwv1.HTTPRoute) ([]string, string) {
-	t := obj.Spec.TargetRef
-	rt := routes[types.NamespacedName{Namespace: obj.Namespace, Name: t.Name}]
-	if rt == nil {
-		return nil, fmt.Sprintf("HTTPRoute %s/%s (spec.targetRef) does not exist", obj.Namespace, t.Name)
+// routeIDs are the route ids of the HTTPRoute or GRPCRoute rules obj's
+// targetRef names, or why there are none.
+func (t *targetObjects) routeIDs(obj *v1alpha1.RateLimitRule) ([]string, string) {
+	ref := obj.Spec.TargetRef
+	key := types.NamespacedName{Namespace: obj.Namespace, Name: ref.Name}
+	var sections []string
+	ruleID := routetable.RuleID
+	switch ref.Kind {
+	case "GRPCRoute":
+		rt := t.grpc[key]
+		if rt == nil {
+			return nil, fmt.Sprintf("GRPCRoute %s (spec.targetRef) does not exist", key)
+		}
+		for _, r := range rt.Spec.Rules {
+			sections = append(sections, sectionOf(r.Name))
+		}
+		ruleID = routetable.GRPCRuleID
+	default:
+		rt := t.routes[key]
+		if rt == nil {
+			return nil, fmt.Sprintf("HTTPRoute %s (spec.targetRef) does not exist", key)
+		}
+		for _, r := range rt.Spec.Rules {
+			sections = append(sections, sectionOf(r.Name))
+		}
 	}
 	var ids []string
-	for j, r := range rt.Spec.Rules {
-		section := ""
-		if r.Name != nil {
-			section = string(*r.Name)
-		}
-		if t.SectionName == "" || section == t.SectionName {
-			ids = append(ids, routetable.RuleID(rt.Namespace, rt.Name, section, j))
+	for j, section := range sections {
+		if ref.SectionName == "" || section == ref.SectionName {
+			ids = append(ids, ruleID(key.Namespace, key.Name, section, j))
 		}
 	}
 	switch {
 	case len(ids) > 0:
 		return ids, ""
-	case t.SectionName != "":
-		return nil, fmt.Sprintf("HTTPRoute %s/%s has no rule named %q (spec.targetRef.sectionName)", obj.Namespace, t.Name, t.SectionName)
+	case ref.SectionName != "":
+		return nil, fmt.Sprintf("%s %s has no rule named %q (spec.targetRef.sectionName)", ref.Kind, key, ref.SectionName)
 	}
-	return nil, fmt.Sprintf("HTTPRoute %s/%s has no rules", obj.Namespace, t.Name)
+	return nil, fmt.Sprintf("%s %s has no rules", ref.Kind, key)
+}
+
+// sectionOf is a route rule's name, "" for none.
+func sectionOf(name *gwv1.SectionName) string {
+	if name == nil {
+		return ""
+	}
+	return string(*name)
 }

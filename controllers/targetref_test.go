@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +104,50 @@ func TestGatewayTargetRefOutsideGatewayAPI(t *testing.T) {
 	c := compile([]v1alpha1.RateLimitRule{targetRule("gw", 0, "Gateway", "public", "")}, &tenantPolicy{open: true}, nil, time.Unix(1e9, 0))
 	if v := c.Verdicts["gw"]; v.Accepted || v.Reason != v1alpha1.ReasonTargetNotFound || !strings.Contains(v.Message, "--gateway-api") {
 		t.Errorf("%+v", v)
+	}
+}
+
+// TestExpandGRPCRouteTargets: a targetRef to a GRPCRoute limits each of its
+// rules (a rule per gRPC service or method) with a bucket of its own, or
+// the one named by sectionName, which takes precedence over a rule for the
+// whole route; the ids are the GRPCRoute's, never an HTTPRoute's of the
+// same name.
+func TestExpandGRPCRouteTargets(t *testing.T) {
+	named := func(n string) *gwv1.SectionName { return ptr.To(gwv1.SectionName(n)) }
+	routes := &targetObjects{
+		routes: map[types.NamespacedName]*gwv1.HTTPRoute{{Namespace: "shop", Name: "echo"}: {
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "echo"}, Spec: gwv1.HTTPRouteSpec{Rules: []gwv1.HTTPRouteRule{{Name: named("unary")}}}}},
+		grpc: map[types.NamespacedName]*gwv1.GRPCRoute{{Namespace: "shop", Name: "echo"}: {
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "echo"}, Spec: gwv1.GRPCRouteSpec{Rules: []gwv1.GRPCRouteRule{{Name: named("unary")}, {}}}}},
+	}
+	rule := func(uid, tenant, kind, name, section string) v1alpha1.RateLimitRule {
+		return v1alpha1.RateLimitRule{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: uid, UID: types.UID(uid)},
+			Spec: v1alpha1.RateLimitRuleSpec{Tenant: tenant, TargetRef: &v1alpha1.TargetRef{Group: "gateway.networking.k8s.io", Kind: kind, Name: name, SectionName: section}}}
+	}
+	items := []v1alpha1.RateLimitRule{
+		rule("whole", "a", "GRPCRoute", "echo", ""),
+		rule("unary", "a", "GRPCRoute", "echo", "unary"),
+		rule("http", "a", "HTTPRoute", "echo", ""),
+		rule("b", "b", "GRPCRoute", "echo", ""),
+		rule("gone", "a", "GRPCRoute", "nothing", ""),
+		rule("nosection", "a", "GRPCRoute", "echo", "stream"),
+	}
+	out, notFound := expandTargets(items, routes)
+	var got []string
+	for _, r := range out {
+		got = append(got, r.Name+"="+r.Spec.Tenant+"/"+r.Spec.Route)
+	}
+	want := "[whole=a/grpc_shop_echo__1 unary=a/grpc_shop_echo_unary http=a/shop_echo_unary b=b/grpc_shop_echo_unary b=b/grpc_shop_echo__1]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("expanded %v\nwant %s", got, want)
+	}
+	for uid, msg := range map[types.UID]string{"gone": "GRPCRoute shop/nothing (spec.targetRef) does not exist",
+		"nosection": `GRPCRoute shop/echo has no rule named "stream"`} {
+		if v, ok := notFound[uid]; !ok || v.Reason != v1alpha1.ReasonTargetNotFound || !strings.Contains(v.Message, msg) {
+			t.Errorf("%s: %+v, want TargetNotFound %q", uid, v, msg)
+		}
+	}
+	if _, nf := expandTargets(items[:1], nil); !strings.Contains(nf["whole"].Message, "names a GRPCRoute, but the controller does not run in Gateway API mode") {
+		t.Errorf("outside Gateway API mode: %+v", nf["whole"])
 	}
 }

@@ -29,7 +29,7 @@ const (
 	// its tenant (the controller's namespace policy; see
 	// AnnotationTenants).
 	ReasonTenantNotAllowed = "TenantNotAllowed"
-	// ReasonTargetNotFound: spec.targetRef names an HTTPRoute (or a rule
+	// ReasonTargetNotFound: spec.targetRef names an HTTPRoute or GRPCRoute (or a rule
 	// of it) that does not exist, or the controller does not run in Gateway
 	// API mode; the message says which.
 	ReasonTargetNotFound = "TargetNotFound"

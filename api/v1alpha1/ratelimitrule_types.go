@@ -43,11 +43,14 @@ type RateLimitRuleSpec struct {
 	// +optional
 	Route string `json:"route,omitempty"`
 
-	// targetRef attaches the rule to a Gateway API HTTPRoute in the rule's
-	// namespace instead of a route id (Gateway API mode): the limit applies
-	// per tenant and per rule of the HTTPRoute, each HTTPRoute rule with a
-	// bucket of its own, or to the one rule named by sectionName. Set exactly
-	// one of route and targetRef.
+	// targetRef attaches the rule to a Gateway API HTTPRoute, GRPCRoute or
+	// Gateway in the rule's namespace instead of a route id (Gateway API
+	// mode): the limit applies per tenant and per rule of the route, each
+	// rule with a bucket of its own, or to the one rule named by
+	// sectionName (a GRPCRoute rule per gRPC service or method limits that
+	// service or method); on a Gateway, to every rule of the routes
+	// attached to it (or to its listener sectionName). Set exactly one of
+	// route and targetRef.
 	// +optional
 	TargetRef *TargetRef `json:"targetRef,omitempty"`
 
@@ -283,34 +286,34 @@ type Concurrency struct {
 	LeaseSeconds int32 `json:"leaseSeconds,omitempty"`
 }
 
-// TargetRef names a Gateway (or one listener of it) or an HTTPRoute (or
-// one named rule of it) in the RateLimitRule's namespace.
+// TargetRef names a Gateway (or one listener of it), an HTTPRoute or a
+// GRPCRoute (or one named rule of it) in the RateLimitRule's namespace.
 type TargetRef struct {
 	// group must be gateway.networking.k8s.io.
 	// +kubebuilder:validation:Enum=gateway.networking.k8s.io
 	// +required
 	Group string `json:"group"`
 
-	// kind is HTTPRoute or Gateway. A rule on a Gateway applies to every
-	// HTTPRoute rule the Gateway serves (or, with sectionName, the one
-	// listener serves); a rule on an HTTPRoute of the same kind (spec.by)
+	// kind is HTTPRoute, GRPCRoute or Gateway. A rule on a Gateway applies
+	// to every HTTPRoute rule the Gateway serves (or, with sectionName, the
+	// one listener serves); a rule on a route of the same kind (spec.by)
 	// wins over it for the routes both target.
-	// +kubebuilder:validation:Enum=HTTPRoute;Gateway
+	// +kubebuilder:validation:Enum=HTTPRoute;GRPCRoute;Gateway
 	// +required
 	Kind string `json:"kind"`
 
-	// name is the HTTPRoute's or Gateway's name.
+	// name is the route's or Gateway's name.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +required
 	Name string `json:"name"`
 
-	// sectionName, when set, is the name of one rule of the HTTPRoute
+	// sectionName, when set, is the name of one rule of the route
 	// (spec.rules[].name), or of one listener of the Gateway
 	// (spec.listeners[].name); the limit then applies to that rule (or
 	// the routes attached to that listener) only, and takes precedence
-	// over a rule for the same tenant that targets the whole HTTPRoute.
+	// over a rule for the same tenant that targets the whole route.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
@@ -453,7 +456,7 @@ type RateLimitRuleStatus struct {
 
 	// conditions: Accepted (the rule is valid and wins its tenant+route
 	// among rules of its kind, spec.by; with targetRef, reason
-	// TargetNotFound while the HTTPRoute or Gateway, or its named rule or
+	// TargetNotFound while the route or Gateway, or its named rule or
 	// listener, does not exist, reason Conflict when another rule of the
 	// same kind on the same target wins; reason Expired once spec.expiresAt has passed,
 	// ExpiryInPast when it had already passed at creation),

@@ -5,6 +5,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -69,9 +70,9 @@ func (b *backendIndex) permitted(fromKind, from, ns, toKind, name string) bool {
 	return false
 }
 
-// resolve resolves one backendRef of route namespace ns; reason is empty
-// when it resolved.
-func (b *backendIndex) resolve(ns string, ref *gwv1.HTTPBackendRef) (be routetable.Backend, reason, msg string) {
+// resolve resolves one backendRef of a route of kind fromKind (HTTPRoute,
+// GRPCRoute) in namespace ns; reason is empty when it resolved.
+func (b *backendIndex) resolve(fromKind, ns string, ref *gwv1.BackendRef) (be routetable.Backend, reason, msg string) {
 	be.Weight = 1
 	if ref.Weight != nil {
 		be.Weight = *ref.Weight
@@ -92,9 +93,9 @@ func (b *backendIndex) resolve(ns string, ref *gwv1.HTTPBackendRef) (be routetab
 	if ref.Group != nil && *ref.Group != "" || ref.Kind != nil && *ref.Kind != "Service" {
 		return fail(string(gwv1.RouteReasonInvalidKind), fmt.Sprintf("backendRef %s: only core Services are supported", ref.Name))
 	}
-	if svcNS != ns && !b.permitted("HTTPRoute", ns, svcNS, "Service", string(ref.Name)) {
+	if svcNS != ns && !b.permitted(fromKind, ns, svcNS, "Service", string(ref.Name)) {
 		return fail(string(gwv1.RouteReasonRefNotPermitted),
-			fmt.Sprintf("backendRef %s/%s: no ReferenceGrant in namespace %s allows HTTPRoutes from %s to reference it", svcNS, ref.Name, svcNS, ns))
+			fmt.Sprintf("backendRef %s/%s: no ReferenceGrant in namespace %s allows %ss from %s to reference it", svcNS, ref.Name, svcNS, fromKind, ns))
 	}
 	svc := b.services[types.NamespacedName{Namespace: svcNS, Name: string(ref.Name)}]
 	if svc == nil {
@@ -109,8 +110,40 @@ func (b *backendIndex) resolve(ns string, ref *gwv1.HTTPBackendRef) (be routetab
 	if sp == nil {
 		return fail(string(gwv1.RouteReasonBackendNotFound), fmt.Sprintf("Service %s/%s has no port %d", svcNS, ref.Name, port))
 	}
+	protocol, ok := backendProtocol(fromKind, sp.AppProtocol)
+	if !ok {
+		return fail(string(gwv1.RouteReasonUnsupportedProtocol),
+			fmt.Sprintf("Service %s/%s port %d: appProtocol %s is not one the gateway speaks to a %s's backend (HTTP/1.1, or HTTP/2 without TLS: kubernetes.io/h2c; no TLS to backends)",
+				svcNS, ref.Name, port, *sp.AppProtocol, fromKind))
+	}
+	be.Protocol = protocol
 	be.Endpoints = b.readyEndpoints(svc, sp)
 	return be, "", ""
+}
+
+// backendProtocol is how the gateway speaks to a Service port of
+// appProtocol for a route of kind: h2c to every GRPCRoute backend (gRPC is
+// HTTP/2) and to the appProtocols that say HTTP/2 without TLS
+// (kubernetes.io/h2c, and h2c, http2 and grpc as other meshes name it),
+// HTTP/1.1 otherwise. ok is false for one it cannot speak: TLS
+// (kubernetes.io/wss, https), or WebSocket for a GRPCRoute.
+func backendProtocol(kind string, appProtocol *string) (string, bool) {
+	p := ""
+	if appProtocol != nil {
+		p = strings.ToLower(*appProtocol)
+	}
+	switch p {
+	case "kubernetes.io/wss", "https", "kubernetes.io/https":
+		return "", false
+	case "kubernetes.io/h2c", "h2c", "http2", "grpc":
+		return routetable.ProtocolH2C, true
+	case "kubernetes.io/ws":
+		return "", kind != kindGRPCRoute
+	}
+	if kind == kindGRPCRoute {
+		return routetable.ProtocolH2C, true
+	}
+	return "", true
 }
 
 // readyEndpoints are the ready addresses of svc's EndpointSlices for the

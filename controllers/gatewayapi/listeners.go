@@ -2,6 +2,7 @@ package gatewayapi
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,7 +24,7 @@ func compileListeners(gw *gwv1.Gateway, in *Input, idx *backendIndex, certs map[
 		conflicted := cond(string(gwv1.ListenerConditionConflicted), false, string(gwv1.ListenerReasonNoConflicts), "", g)
 		resolved := cond(string(gwv1.ListenerConditionResolvedRefs), true, string(gwv1.ListenerReasonResolvedRefs), "", g)
 		var resolvedKinds *metav1.Condition
-		ls.kinds, resolvedKinds = routeKinds(l, g)
+		ls.kinds, resolvedKinds = routeKinds(l, in.H2C, g)
 		if resolvedKinds != nil {
 			resolved = *resolvedKinds
 		}
@@ -89,19 +90,26 @@ func listenerAccepted(l *gwv1.Listener, in *Input, g int64) metav1.Condition {
 	return cond(string(gwv1.ListenerConditionAccepted), true, string(gwv1.ListenerReasonAccepted), "", g)
 }
 
-// routeKinds are the route kinds a listener supports (HTTPRoute only), and
-// a ResolvedRefs condition when it asks for others.
-func routeKinds(l *gwv1.Listener, g int64) ([]gwv1.RouteGroupKind, *metav1.Condition) {
-	httpRoute := gwv1.RouteGroupKind{Group: ptrTo(gwv1.Group(gwGroup)), Kind: "HTTPRoute"}
+// routeKinds are the route kinds a listener supports (HTTPRoute; and
+// GRPCRoute on HTTPS, and on HTTP when the gateways serve h2c: gRPC needs
+// HTTP/2), and a ResolvedRefs condition when it asks for others.
+func routeKinds(l *gwv1.Listener, h2c bool, g int64) ([]gwv1.RouteGroupKind, *metav1.Condition) {
+	supported := []gwv1.RouteGroupKind{{Group: ptrTo(gwv1.Group(gwGroup)), Kind: kindHTTPRoute}}
+	grpcOK := l.Protocol == gwv1.HTTPSProtocolType || h2c
+	if grpcOK {
+		supported = append(supported, gwv1.RouteGroupKind{Group: ptrTo(gwv1.Group(gwGroup)), Kind: kindGRPCRoute})
+	}
 	if l.AllowedRoutes == nil || len(l.AllowedRoutes.Kinds) == 0 {
-		return []gwv1.RouteGroupKind{httpRoute}, nil
+		return supported, nil
 	}
 	var kinds []gwv1.RouteGroupKind
 	var bad []string
 	for _, k := range l.AllowedRoutes.Kinds {
-		if (k.Group == nil || *k.Group == gwGroup) && k.Kind == "HTTPRoute" {
-			kinds = append(kinds, httpRoute)
-			continue
+		if k.Group == nil || *k.Group == gwGroup {
+			if i := slices.IndexFunc(supported, func(s gwv1.RouteGroupKind) bool { return s.Kind == k.Kind }); i >= 0 {
+				kinds = append(kinds, supported[i])
+				continue
+			}
 		}
 		grp := gwGroup
 		if k.Group != nil {
@@ -112,56 +120,12 @@ func routeKinds(l *gwv1.Listener, g int64) ([]gwv1.RouteGroupKind, *metav1.Condi
 	if len(bad) == 0 {
 		return kinds, nil
 	}
-	c := cond(string(gwv1.ListenerConditionResolvedRefs), false, string(gwv1.ListenerReasonInvalidRouteKinds),
-		"route kinds not supported (HTTPRoute only): "+strings.Join(bad, ", "), g)
+	msg := "route kinds not supported (HTTPRoute and GRPCRoute only): " + strings.Join(bad, ", ")
+	if !grpcOK {
+		msg = "route kinds not supported (HTTPRoute; GRPCRoute on HTTP listeners needs HTTP/2 without TLS: the controller's --gateway-h2c with the gateways' --h2c): " + strings.Join(bad, ", ")
+	}
+	c := cond(string(gwv1.ListenerConditionResolvedRefs), false, string(gwv1.ListenerReasonInvalidRouteKinds), msg, g)
 	return kinds, &c
-}
-
-// attach attaches rt through one parentRef to the matching listeners and
-// returns the Accepted condition. Attached listeners count the route, and the
-// effective hostnames are added to hosts, when count is set.
-func attach(rt *gwv1.HTTPRoute, ref gwv1.ParentReference, listeners []*listenerState, nsLabels map[string]labels.Set, hosts map[hostKey]bool, count bool) metav1.Condition {
-	g := rt.Generation
-	var candidates []*listenerState
-	for _, ls := range listeners {
-		if ref.SectionName != nil && *ref.SectionName != ls.l.Name || ref.Port != nil && *ref.Port != ls.l.Port {
-			continue
-		}
-		candidates = append(candidates, ls)
-	}
-	if len(candidates) == 0 {
-		return cond(string(gwv1.RouteConditionAccepted), false, string(gwv1.RouteReasonNoMatchingParent),
-			"no listener of the Gateway matches the parentRef's sectionName and port", g)
-	}
-	var allowed []*listenerState
-	for _, ls := range candidates {
-		if ls.valid && allowsNamespace(ls, rt.Namespace, nsLabels) {
-			allowed = append(allowed, ls)
-		}
-	}
-	if len(allowed) == 0 {
-		return cond(string(gwv1.RouteConditionAccepted), false, string(gwv1.RouteReasonNotAllowedByListeners),
-			"no valid listener of the Gateway allows HTTPRoutes from namespace "+rt.Namespace, g)
-	}
-	attached := 0
-	for _, ls := range allowed {
-		hs := intersect(ls.l.Hostname, rt.Spec.Hostnames)
-		if hs == nil {
-			continue
-		}
-		attached++
-		if count {
-			ls.attached++
-			for _, h := range hs {
-				hosts[hostKey{ls.tls, h}] = true
-			}
-		}
-	}
-	if attached == 0 {
-		return cond(string(gwv1.RouteConditionAccepted), false, string(gwv1.RouteReasonNoMatchingListenerHostname),
-			"no hostname of the route matches a hostname of the allowed listeners", g)
-	}
-	return cond(string(gwv1.RouteConditionAccepted), true, string(gwv1.RouteReasonAccepted), "", g)
 }
 
 func allowsNamespace(ls *listenerState, ns string, nsLabels map[string]labels.Set) bool {

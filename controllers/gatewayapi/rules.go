@@ -28,14 +28,7 @@ func compileRules(rt *gwv1.HTTPRoute, idx *backendIndex) (rules []routetable.Rul
 			if len(ref.Filters) > 0 {
 				return nil, resolved, fmt.Sprintf("spec.rules[%d].backendRefs[%d].filters is not supported", i, j)
 			}
-			be, reason, msg := idx.resolve(rt.Namespace, ref)
-			if reason != "" {
-				if resolved.Status == metav1.ConditionTrue {
-					resolved = cond(string(gwv1.RouteConditionResolvedRefs), false, reason, "", rt.Generation)
-				}
-				problems = append(problems, msg)
-			}
-			out.Backends = append(out.Backends, be)
+			out.Backends = append(out.Backends, idx.resolveInto(kindHTTPRoute, rt.Namespace, &ref.BackendRef, &resolved, &problems, rt.Generation))
 		}
 		rules = append(rules, out)
 	}
@@ -219,3 +212,17 @@ func compileFilter(f gwv1.HTTPRouteFilter, field string) (routetable.Filter, str
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// resolveInto resolves one backendRef of a route of kind in namespace ns
+// of generation g; a reference that does not resolve sets resolved (the
+// first one's reason) and adds its message to problems.
+func (b *backendIndex) resolveInto(kind, ns string, ref *gwv1.BackendRef, resolved *metav1.Condition, problems *[]string, g int64) routetable.Backend {
+	be, reason, msg := b.resolve(kind, ns, ref)
+	if reason != "" {
+		if resolved.Status == metav1.ConditionTrue {
+			*resolved = cond(string(gwv1.RouteConditionResolvedRefs), false, reason, "", g)
+		}
+		*problems = append(*problems, msg)
+	}
+	return be
+}

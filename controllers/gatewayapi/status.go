@@ -2,6 +2,7 @@ package gatewayapi
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -24,10 +25,10 @@ func bundleMinor(v string) string {
 }
 
 // ClassStatus is the status GatewayClass c of ours should have: Accepted
-// (tollgate's classes take no parameters) and SupportedVersion against the
+// (tollgate's classes take no parameters), SupportedVersion against the
 // bundle version of the installed Gateway API CRDs (version, or versionErr
-// when it could not be read).
-func ClassStatus(c *gwv1.GatewayClass, version string, versionErr error) *gwv1.GatewayClassStatus {
+// when it could not be read), and SupportedFeatures(h2c).
+func ClassStatus(c *gwv1.GatewayClass, version string, versionErr error, h2c bool) *gwv1.GatewayClassStatus {
 	supported := cond(string(gwv1.GatewayClassConditionStatusSupportedVersion), true, string(gwv1.GatewayClassReasonSupportedVersion),
 		fmt.Sprintf("Gateway API CRDs %s; tollgate is built for %s", version, consts.BundleVersion), c.Generation)
 	switch {
@@ -46,7 +47,7 @@ func ClassStatus(c *gwv1.GatewayClass, version string, versionErr error) *gwv1.G
 	}
 	want := c.Status.DeepCopy()
 	want.Conditions = setConditions(c.Status.Conditions, []metav1.Condition{accepted, supported})
-	want.SupportedFeatures = SupportedFeatures()
+	want.SupportedFeatures = SupportedFeatures(h2c)
 	return want
 }
 
@@ -107,38 +108,58 @@ func (out *Output) GatewayStatus(gw *gwv1.Gateway, pub Publication) *gwv1.Gatewa
 // implementations as they are, and ours as translated (an empty list, never
 // nil, when there is none).
 func (out *Output) RouteParents(rt *gwv1.HTTPRoute) []gwv1.RouteParentStatus {
-	var parents []gwv1.RouteParentStatus
-	for _, p := range rt.Status.Parents {
+	return parents(out.routes[nn(rt)], rt.Status.Parents)
+}
+
+// GRPCRouteParents is RouteParents for a GRPCRoute.
+func (out *Output) GRPCRouteParents(rt *gwv1.GRPCRoute) []gwv1.RouteParentStatus {
+	return parents(out.grpcRoutes[nn(rt)], rt.Status.Parents)
+}
+
+// parents is what a route's status.parents, now cur, should say after
+// verdict v (nil: none of ours).
+func parents(v *routeVerdict, cur []gwv1.RouteParentStatus) []gwv1.RouteParentStatus {
+	var out []gwv1.RouteParentStatus
+	for _, p := range cur {
 		if p.ControllerName != ControllerName {
-			parents = append(parents, p) // another implementation's
+			out = append(out, p) // another implementation's
 		}
 	}
-	if v := out.routes[nn(rt)]; v != nil {
+	if v != nil {
 		for _, p := range v.parents {
-			var cur []metav1.Condition
-			for _, c := range rt.Status.Parents {
+			var conds []metav1.Condition
+			for _, c := range cur {
 				if c.ControllerName == ControllerName && apiequality.Semantic.DeepEqual(c.ParentRef, p.ParentRef) {
-					cur = c.Conditions
+					conds = c.Conditions
 				}
 			}
-			p.Conditions = setConditions(cur, p.Conditions)
-			parents = append(parents, p)
+			p.Conditions = setConditions(conds, p.Conditions)
+			out = append(out, p)
 		}
 	}
-	if parents == nil {
-		parents = []gwv1.RouteParentStatus{}
+	if out == nil {
+		out = []gwv1.RouteParentStatus{}
 	}
-	return parents
+	return out
 }
 
 // SupportedFeatures are the conformance features tollgate implements (see
-// docs/gateway-api.md, "Conformance features").
-func SupportedFeatures() []gwv1.SupportedFeature {
+// docs/gateway-api.md, "Conformance features"), in the order of their
+// names (the GatewayClass status lists them sorted). GRPCRoute and
+// GRPCRouteNamedRouteRule need h2c: the conformance suite's GRPCRoutes are
+// on HTTP listeners, which take them only when the gateways serve HTTP/2
+// without TLS (HTTPS listeners always do).
+func SupportedFeatures(h2c bool) []gwv1.SupportedFeature {
+	names := []string{"Gateway", "GatewayHTTPSListenerDetectMisdirectedRequests", "HTTPRoute", "HTTPRouteBackendProtocolH2C",
+		"HTTPRouteBackendTimeout", "HTTPRouteHostRewrite", "HTTPRouteMethodMatching", "HTTPRouteNamedRouteRule",
+		"HTTPRouteParentRefPort", "HTTPRoutePathRedirect", "HTTPRoutePathRewrite", "HTTPRoutePortRedirect",
+		"HTTPRouteQueryParamMatching", "HTTPRouteRequestTimeout", "HTTPRouteSchemeRedirect", "ReferenceGrant"}
+	if h2c {
+		names = append(names, "GRPCRoute", "GRPCRouteNamedRouteRule")
+	}
+	slices.Sort(names) // the API's rule: sorted by name
 	var out []gwv1.SupportedFeature
-	for _, f := range []string{"Gateway", "HTTPRoute", "HTTPRouteMethodMatching", "HTTPRouteQueryParamMatching",
-		"HTTPRouteNamedRouteRule", "HTTPRoutePathRedirect", "HTTPRoutePathRewrite", "HTTPRouteHostRewrite",
-		"HTTPRoutePortRedirect", "HTTPRouteSchemeRedirect", "HTTPRouteRequestTimeout", "HTTPRouteBackendTimeout",
-		"HTTPRouteParentRefPort", "ReferenceGrant", "GatewayHTTPSListenerDetectMisdirectedRequests"} {
+	for _, f := range names {
 		out = append(out, gwv1.SupportedFeature{Name: gwv1.FeatureName(f)})
 	}
 	return out

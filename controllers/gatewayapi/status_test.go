@@ -117,3 +117,22 @@ func TestGatewayAPIListenerAndAttachmentReasons(t *testing.T) {
 		t.Errorf("table = %+v, want only team/ok for shop.example.com", out.Table.Rules)
 	}
 }
+
+// TestSupportedFeaturesSorted: the GatewayClass's supportedFeatures are
+// sorted by name, as the API requires, with and without the GRPCRoute
+// features (which need h2c on HTTP listeners).
+func TestSupportedFeaturesSorted(t *testing.T) {
+	for _, h2c := range []bool{false, true} {
+		fs := SupportedFeatures(h2c)
+		grpc := false
+		for i, f := range fs {
+			if i > 0 && fs[i-1].Name >= f.Name {
+				t.Errorf("h2c %v: %s before %s", h2c, fs[i-1].Name, f.Name)
+			}
+			grpc = grpc || f.Name == "GRPCRoute"
+		}
+		if grpc != h2c {
+			t.Errorf("h2c %v: GRPCRoute claimed %v", h2c, grpc)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package gatewayapi
 
 import (
 	"fmt"
-	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -28,6 +27,7 @@ type Input struct {
 	Classes    []gwv1.GatewayClass
 	Gateways   []gwv1.Gateway
 	Routes     []gwv1.HTTPRoute
+	GRPCRoutes []gwv1.GRPCRoute
 	Services   []corev1.Service
 	Slices     []discoveryv1.EndpointSlice
 	Grants     []gwv1.ReferenceGrant
@@ -35,6 +35,9 @@ type Input struct {
 	// Port is the listener port the gateway Service serves HTTP on,
 	// TLSPort the one it serves HTTPS on (0: none).
 	Port, TLSPort int32
+	// H2C: the gateways serve HTTP/2 without TLS on Port (their --h2c), so
+	// that HTTP listeners take GRPCRoutes; HTTPS listeners always do.
+	H2C bool
 	// Certs are the certificate Secrets HTTPS listeners of our Gateways
 	// reference (CertRefs), read and checked (CheckCertSecret).
 	Certs map[types.NamespacedName]*Cert
@@ -58,14 +61,14 @@ type listenerState struct {
 	conds    []metav1.Condition
 }
 
-// routeVerdict is what compiling decided for one HTTPRoute.
+// routeVerdict is what compiling decided for one HTTPRoute or GRPCRoute.
 type routeVerdict struct {
 	parents []gwv1.RouteParentStatus // ours only
 }
 
 // Output is the result of a pass: the route table to publish, and what the
-// statuses of the GatewayClasses, Gateways and HTTPRoutes should say
-// (ClassStatus, GatewayStatus, RouteParents).
+// statuses of the GatewayClasses, Gateways, HTTPRoutes and GRPCRoutes
+// should say (ClassStatus, GatewayStatus, RouteParents, GRPCRouteParents).
 type Output struct {
 	// Table is the route table the gateways load.
 	Table     *routetable.Table
@@ -74,7 +77,8 @@ type Output struct {
 	// gwAccepted: the Gateway's Accepted condition (Programmed is decided
 	// after publishing).
 	gwAccepted map[types.NamespacedName]metav1.Condition
-	routes     map[types.NamespacedName]*routeVerdict
+	routes     map[types.NamespacedName]*routeVerdict // HTTPRoutes
+	grpcRoutes map[types.NamespacedName]*routeVerdict
 	// certs are the certificate Secrets of accepted HTTPS listeners, for
 	// the TLS Secret.
 	certs map[string]*Cert
@@ -92,13 +96,14 @@ func cond(t string, ok bool, reason, msg string, gen int64) metav1.Condition {
 	return metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen}
 }
 
-// Translate compiles the HTTPRoutes attached to the Gateways of our
-// GatewayClasses into a route table, and decides every status.
+// Translate compiles the HTTPRoutes and GRPCRoutes attached to the
+// Gateways of our GatewayClasses into a route table, and decides every
+// status.
 func Translate(in *Input) *Output {
 	out := &Output{
 		classOK: map[string]bool{}, listeners: map[types.NamespacedName][]*listenerState{},
 		gwAccepted: map[types.NamespacedName]metav1.Condition{}, routes: map[types.NamespacedName]*routeVerdict{},
-		certs: map[string]*Cert{},
+		grpcRoutes: map[types.NamespacedName]*routeVerdict{}, certs: map[string]*Cert{},
 	}
 	for _, c := range in.Classes {
 		if c.Spec.ControllerName == ControllerName {
@@ -109,13 +114,18 @@ func Translate(in *Input) *Output {
 	gateways := out.compileGateways(in, idx)
 	out.tlsConflicts(gateways)
 	table := &routetable.Table{Format: routetable.Format, TLS: out.tlsListeners(in)}
-	routes := append([]gwv1.HTTPRoute(nil), in.Routes...)
-	sort.Slice(routes, func(i, j int) bool { return nn(&routes[i]).String() < nn(&routes[j]).String() })
-	for i := range routes {
-		rt := &routes[i]
-		rules, resolved, unsupported := compileRules(rt, idx)
-		v, byProtocol := out.attachRoute(rt, gateways, in.Namespaces, resolved, unsupported)
-		out.routes[nn(rt)] = v
+	views := routeViews(in, idx)
+	for _, v := range views {
+		out.candidates(v, gateways, in.Namespaces)
+	}
+	kindConflicts(views)
+	for _, v := range views {
+		verdict, byProtocol := v.finish()
+		if v.kind == kindGRPCRoute {
+			out.grpcRoutes[nn(v.meta)] = verdict
+		} else {
+			out.routes[nn(v.meta)] = verdict
+		}
 		// One copy of the rules per kind of listener (HTTP, HTTPS) the
 		// route is attached to, each with its own hostnames.
 		for _, tls := range []bool{false, true} {
@@ -123,7 +133,7 @@ func Translate(in *Input) *Output {
 			if !attached {
 				continue
 			}
-			for _, r := range rules {
+			for _, r := range v.rules {
 				r.Hostnames, r.TLS = hostnames, tls
 				table.Rules = append(table.Rules, r)
 			}
@@ -175,53 +185,4 @@ func (out *Output) compileGateways(in *Input, idx *backendIndex) map[types.Names
 		}
 	}
 	return gateways
-}
-
-// hostKey is a hostname ("": every host) a route serves over HTTP or, with
-// tls, over HTTPS.
-type hostKey struct {
-	tls  bool
-	host string
-}
-
-// attachRoute attaches rt through each of its parentRefs that names one of
-// our Gateways. It returns the route's parent statuses and, per kind of
-// listener it attached to (tls: HTTPS), the hostnames its rules serve there
-// (nil: every host).
-func (out *Output) attachRoute(rt *gwv1.HTTPRoute, gateways map[types.NamespacedName]*gwv1.Gateway, nsLabels map[string]labels.Set,
-	resolved metav1.Condition, unsupported string) (*routeVerdict, map[bool][]string) {
-	v := &routeVerdict{}
-	hosts := map[hostKey]bool{}
-	for _, ref := range rt.Spec.ParentRefs {
-		if ref.Group != nil && *ref.Group != gwGroup || ref.Kind != nil && *ref.Kind != "Gateway" {
-			continue
-		}
-		ns := rt.Namespace
-		if ref.Namespace != nil {
-			ns = string(*ref.Namespace)
-		}
-		gw := gateways[types.NamespacedName{Namespace: ns, Name: string(ref.Name)}]
-		if gw == nil {
-			continue // not ours, or not there: not ours to report
-		}
-		accepted := attach(rt, ref, out.listeners[nn(gw)], nsLabels, hosts, unsupported == "")
-		if unsupported != "" {
-			accepted = cond(string(gwv1.RouteConditionAccepted), false, string(gwv1.RouteReasonUnsupportedValue), unsupported, rt.Generation)
-		}
-		resolved.ObservedGeneration = rt.Generation
-		v.parents = append(v.parents, gwv1.RouteParentStatus{ParentRef: ref, ControllerName: ControllerName,
-			Conditions: []metav1.Condition{accepted, resolved}})
-	}
-	byProtocol := map[bool][]string{}
-	for h := range hosts {
-		if !hosts[hostKey{tls: h.tls}] {
-			byProtocol[h.tls] = append(byProtocol[h.tls], h.host)
-		} else {
-			byProtocol[h.tls] = nil // every host
-		}
-	}
-	for _, hs := range byProtocol {
-		sort.Strings(hs)
-	}
-	return v, byProtocol
 }
