@@ -362,3 +362,33 @@ func TestGRPCCost(t *testing.T) {
 	// One token per call up front, then the trailers' 5 and 12.
 	wantTokens(t, srv, "resp", "grpc-unary", 100-2-5-12)
 }
+
+// TestGRPCStreamOutlivesClientBodyTimeout: a gRPC call's request is its
+// stream, which may stay open as long as the call: --client-body-timeout
+// (a bound on how slowly an HTTP client sends its body) does not cut a
+// bidirectional call that is quiet for longer; the call's own deadline
+// bounds it.
+func TestGRPCStreamOutlivesClientBodyTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	backend := startGRPCBackend(t)
+	gw := grpcGateway(t, srv, backend, rule("r", "*", "*", 100, slow), func(o *gateway.Options) { o.ClientBodyTimeout = 200 * time.Millisecond })
+	c := grpcClient(t, gw.Addr())
+	ctx, cancel := context.WithTimeout(withKey(context.Background(), "shop"), 20*time.Second)
+	defer cancel()
+	bidi, err := c.FullDuplexCall(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if i > 0 {
+			time.Sleep(500 * time.Millisecond) // quiet for longer than the body timeout
+		}
+		if err := bidi.Send(&testpb.StreamingOutputCallRequest{Payload: &testpb.Payload{Body: []byte{byte(i)}}}); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if _, err := bidi.Recv(); err != nil {
+			t.Fatalf("answer %d after a quiet %v: %v", i, time.Duration(i)*500*time.Millisecond, err)
+		}
+	}
+	_ = bidi.CloseSend()
+}

@@ -272,7 +272,8 @@ func (o *Options) addTimeoutFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.UpstreamTimeout, "upstream-timeout", 30*time.Second,
 		"Time an upstream has to send its response headers, for routes without a timeout of their own; slower answers get 504. At most 10m.")
 	fs.DurationVar(&o.ClientBodyTimeout, "client-body-timeout", 60*time.Second,
-		"Time a client has to send its whole request body; a body still unfinished then gets 408 and the connection is closed.")
+		"Time a client has to send its whole request body; a body still unfinished then gets 408 and the connection is closed. "+
+			"Not for gRPC calls, whose request is a stream open as long as the call: their grpc-timeout bounds them.")
 	fs.Int64Var(&o.ResponseCostDrainBytes, "response-cost-drain-bytes", proxy.DefaultDrainBytes,
 		"Rules with a response cost in a body field: when a client leaves before the cost came, the gateway reads on up to this many bytes of the answer "+
 			"(and for at most the route's timeout) to charge the cost it reports; cut off sooner, the answer costs the rule's onClientGone. 0 reads nothing (onClientGone at once).")

@@ -26,9 +26,11 @@ type deadlineBody struct {
 // boundBody sets the client body deadline for a request with a body and
 // returns its body wrapper; nil when there is no body or no bound. The
 // deadline also bounds what the server reads (and discards) of the body of a
-// request that is answered without forwarding.
+// request that is answered without forwarding. A gRPC call has none: its
+// request is its stream, open as long as the call (its grpc-timeout bounds
+// it, withGRPCDeadline).
 func (h *Handler) boundBody(w http.ResponseWriter, r *http.Request) *deadlineBody {
-	if h.opts.ClientBodyTimeout <= 0 || r.Body == nil || r.Body == http.NoBody {
+	if h.opts.ClientBodyTimeout <= 0 || r.Body == nil || r.Body == http.NoBody || IsGRPC(r) {
 		return nil
 	}
 	rc := http.NewResponseController(w)
