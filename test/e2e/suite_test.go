@@ -249,7 +249,7 @@ func startUpstream() string {
 func startController() *proc {
 	probe := freePort()
 	p := startProc("controller", binary, "controller", "--kubeconfig", kubeconfig, "--snapshot-namespace", namespace,
-		"--leader-elect=false", "--gateway-api", "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort()),
+		"--leader-elect=false", "--gateway-api", "--gateway-h2c", "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort()),
 		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probe), "--log-level", "debug")
 	Eventually(func() int { return httpStatus(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe)) }, 30*time.Second).Should(Equal(200), p.logTail)
 	return p
