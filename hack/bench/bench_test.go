@@ -85,6 +85,8 @@ func TestQuickRunProducesReport(t *testing.T) {
 		t.Error("rls: want the floor's calls and CPU, and the modes against it")
 	case len(res.RLS.Steady) != 2 || res.RLS.Steady[0].Busy != 0 || res.RLS.Steady[1].Busy <= 0:
 		t.Error("rls: want two steady passes, at the reference's rate and a busy one")
+	case res.HTTP2 == nil || len(res.HTTP2.Rows) != 4 || res.HTTP2.Rows[1].VsBaseline <= 0 || res.HTTP2.Rows[3].VsBaseline <= 0:
+		t.Error("http2: want HTTP/1.1, h2c, the h2 floor and gRPC through the gateway, with their CPU ratios")
 	case res.Limits == nil || len(res.Limits.Kinds) != len(limitKinds):
 		t.Error("limits: want every rule kind")
 	}
@@ -116,7 +118,7 @@ func TestQuickRunProducesReport(t *testing.T) {
 		t.Error("no target checks")
 	}
 	report := readFile(filepath.Join(out, "report.md"))
-	for _, want := range []string{"## Targets", "## 1. Added latency", "## 7. Memory and scale", "## 9. Limits beyond the token bucket", ".png)",
+	for _, want := range []string{"## Targets", "## 1. Added latency", "## 7. Memory and scale", "## 9. Limits beyond the token bucket", "## 11. HTTP/2 and gRPC", ".png)",
 		"## 10. Scale-out on a Redis Cluster", "max/mean master CPU", "The Cluster's operations under load", "One gateway's limiter at steady rates",
 		"Without shards the hot tenant's master does", "Redis Cluster scaling, decisions per Redis CPU-second"} {
 		if !strings.Contains(report, want) {

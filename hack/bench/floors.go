@@ -41,10 +41,17 @@ const proxyFloorFlag = "-serve-proxy-floor"
 // they map: what the proxy would cost on that engine.
 const fastFloorFlag = "-serve-fasthttp-floor"
 
+// h2FloorFlag makes this program the http2 scenario's gRPC floor:
+// `bench -serve-h2-floor ADDR UPSTREAM` serves a bare
+// httputil.ReverseProxy to the h2c UPSTREAM over h2c (and HTTP/1.1), with
+// the gateway's h2c transport and copy buffers: the least a Go net/http
+// proxy costs for a gRPC call.
+const h2FloorFlag = "-serve-h2-floor"
+
 // floorMain serves a floor and reports true when the program was started
 // as `-serve-rls-floor ADDR`, `-serve-proxy-floor ADDR UPSTREAM` or
-// `-serve-fasthttp-floor ADDR UPSTREAM` (by the benchmark, or by its test
-// binary).
+// `-serve-fasthttp-floor ADDR UPSTREAM` or `-serve-h2-floor ADDR UPSTREAM`
+// (by the benchmark, or by its test binary).
 func floorMain() bool {
 	var err error
 	switch {
@@ -54,6 +61,8 @@ func floorMain() bool {
 		err = serveProxyFloor(os.Args[2], os.Args[3])
 	case len(os.Args) == 4 && os.Args[1] == fastFloorFlag:
 		err = serveFastFloor(os.Args[2], os.Args[3])
+	case len(os.Args) == 4 && os.Args[1] == h2FloorFlag:
+		err = serveH2Floor(os.Args[2], os.Args[3])
 	default:
 		return false
 	}
@@ -75,6 +84,23 @@ func serveProxyFloor(addr, upstream string) error {
 	rp.Transport = proxy.NewTransport(30 * time.Second)
 	rp.BufferPool = proxy.NewBufferPool()
 	srv := &http.Server{Addr: addr, Handler: rp, ReadHeaderTimeout: 10 * time.Second}
+	return srv.ListenAndServe()
+}
+
+// serveH2Floor serves a bare reverse proxy to the h2c upstream on addr,
+// over h2c with prior knowledge (as gRPC clients speak it) and HTTP/1.1,
+// until the process is killed; the gateway's h2c transport and buffers.
+func serveH2Floor(addr, upstream string) error {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		return err
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.Transport = proxy.NewH2CTransport(30 * time.Second)
+	rp.BufferPool = proxy.NewBufferPool()
+	srv := &http.Server{Addr: addr, Handler: rp, ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
 	return srv.ListenAndServe()
 }
 

@@ -30,6 +30,8 @@ type gatewaySpec struct {
 	pin bool
 	// upstream is the base URL /bench goes to; default the echo upstream.
 	upstream string
+	// routes, when set, is the whole routes file instead of routesYAML.
+	routes string
 }
 
 // gatewayProc is a running gateway.
@@ -59,7 +61,11 @@ func (h *harness) startGateway(ctx context.Context, s gatewaySpec) (*gatewayProc
 	if upstream == "" {
 		upstream = h.upstream
 	}
-	if err := os.WriteFile(routes, []byte(fmt.Sprintf(routesYAML, upstream)), 0o644); err != nil {
+	table := fmt.Sprintf(routesYAML, upstream)
+	if s.routes != "" {
+		table = s.routes
+	}
+	if err := os.WriteFile(routes, []byte(table), 0o644); err != nil {
 		return nil, err
 	}
 	// The ports were free a moment ago; another process of the run (or a

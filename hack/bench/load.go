@@ -87,6 +87,8 @@ type loadSpec struct {
 	mix  tenantMix
 	// header is added to every request (besides X-Api-Key).
 	header http.Header
+	// client sends the requests instead of the harness's HTTP/1.1 one.
+	client *http.Client
 }
 
 // sample is one request's outcome.
@@ -144,7 +146,11 @@ func (h *harness) attack(ctx context.Context, spec loadSpec) (stop func(), wait 
 	if raceEnabled {
 		maxWorkers = 1000
 	}
-	atk := vegeta.NewAttacker(vegeta.Client(h.client), vegeta.MaxBody(0), vegeta.Workers(32), vegeta.MaxWorkers(maxWorkers))
+	c := h.client
+	if spec.client != nil {
+		c = spec.client
+	}
+	atk := vegeta.NewAttacker(vegeta.Client(c), vegeta.MaxBody(0), vegeta.Workers(32), vegeta.MaxWorkers(maxWorkers))
 	targeter := func(t *vegeta.Target) error {
 		t.Method = http.MethodGet
 		t.URL = spec.url

@@ -42,6 +42,7 @@ var scenarios = []struct {
 	{"scale", (*harness).scenarioScale, false},
 	{"rls", (*harness).scenarioRLS, false},
 	{"limits", (*harness).scenarioLimits, false},
+	{"http2", (*harness).scenarioHTTP2, false},
 	{"scale-out", (*harness).scenarioScaleOut, true},
 }
 

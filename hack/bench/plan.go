@@ -72,6 +72,10 @@ type plan struct {
 	ScaleOutHold     time.Duration `json:"scaleOutHoldNs"`
 	SteadyRates      []int         `json:"steadyRates"`
 	SteadyDur        time.Duration `json:"steadyDurationNs"`
+
+	// 11. HTTP/2 and gRPC: one steady rate for every row, pinned.
+	HTTP2Rate int           `json:"http2Rate"`
+	HTTP2Dur  time.Duration `json:"http2DurationNs"`
 }
 
 // newPlan is the full plan, or the quick one.
@@ -125,6 +129,9 @@ func newPlan(quick bool) plan {
 		ScaleOutHold:     time.Second,
 		SteadyRates:      []int{1000, 5000, 20000},
 		SteadyDur:        6 * time.Second,
+
+		HTTP2Rate: 2000,
+		HTTP2Dur:  8 * time.Second,
 	}
 	if quick {
 		// Quick mode checks the harness, not the machine: low rates, so
@@ -160,6 +167,8 @@ func newPlan(quick bool) plan {
 		p.ScaleOutHold = 150 * time.Millisecond
 		p.SteadyRates = []int{200, 400, 800}
 		p.SteadyDur = time.Second
+		p.HTTP2Rate = 250
+		p.HTTP2Dur = time.Second
 	}
 	return p
 }

@@ -115,7 +115,7 @@ func (h *harness) markdown() string {
 	m.p("- command: `%s` (%.0f s)", r.Meta.Command, r.Meta.Seconds)
 	m.p("- load average (1 min) at the start and end of each scenario: %s; above ~2 something else was using the machine", loadSummary(r.Meta.LoadAvg))
 	m.p("- everything on loopback on this one machine: the load generator (vegeta, open loop, constant rate) and the echo upstream share the two cores with redis-server and the gateway process, so absolute figures are the machine's; each is shown next to a baseline of the same run.")
-	m.p("- CPUs in the latency scenario's CPU comparison and the rls scenario (gateway, floors, nginx): %s", r.Meta.Pinning)
+	m.p("- CPUs in the latency scenario's CPU comparison, the rls and the http2 scenarios (gateway, floors, nginx): %s", r.Meta.Pinning)
 	if r.Meta.Mode == "quick" {
 		m.p("- **quick run**: every scenario briefly, to check the harness works. Not a measurement.")
 	}
@@ -160,6 +160,7 @@ func (h *harness) markdown() string {
 	h.mdRLS(&m)
 	h.mdLimits(&m)
 	h.mdScaleOut(&m)
+	h.mdHTTP2(&m)
 	return m.String()
 }
 
@@ -445,4 +446,22 @@ func (h *harness) mdLimits(m *md) {
 			fmt.Sprintf("%.2f", x.ScriptsPerReq), fmt.Sprintf("%.2f", x.RedisCmdPerReq)})
 	}
 	m.table([]string{"rule", "what it adds", "p50 ms", "p99 ms", "added p99 ms (vs direct)", "bad", "gateway CPU µs/request", "CPU vs plain", "script calls/request (round trips)", "Redis commands run/request"}, rows)
+}
+
+func (h *harness) mdHTTP2(m *md) {
+	r := h.res.HTTP2
+	if r == nil {
+		return
+	}
+	m.section("11. HTTP/2 and gRPC (baselines: HTTP/1.1 on the same route; a bare h2 reverse proxy)", "One gateway with `--h2c`, rule %s, tenants: %s; %d requests/s for %s after %s of warm-up per row, in one run. The measured process (the gateway, or the floor) runs alone on the measured CPU, the load, the upstreams and Redis on the others. The gRPC rows call `grpc.health.v1.Health/Check` on a grpc-go server over one h2c connection from a grpc-go client; the floor is `httputil.ReverseProxy` with the gateway's h2c transport, without the limiter.",
+		r.Rule, r.Mix, r.Rate, h.plan.HTTP2Dur, h.plan.Warmup)
+	var rows [][]string
+	for _, x := range r.Rows {
+		vs := "baseline"
+		if x.Baseline != "" {
+			vs = xr(x.VsBaseline) + " " + x.Baseline
+		}
+		rows = append(rows, []string{x.Name, x.About, f3(x.P50), f3(x.P99), fmt.Sprintf("%d of %d", x.Bad, x.Sent), f1(x.CPUPerRequest), vs})
+	}
+	m.table([]string{"row", "what", "p50 ms", "p99 ms", "bad", "CPU µs/request", "CPU vs"}, rows)
 }

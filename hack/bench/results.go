@@ -22,6 +22,7 @@ type Results struct {
 	RLS         *RLSResult         `json:"rls,omitempty"`
 	Limits      *LimitsResult      `json:"limits,omitempty"`
 	ScaleOut    *ScaleOutResult    `json:"scaleOut,omitempty"`
+	HTTP2       *HTTP2Result       `json:"http2,omitempty"`
 	Targets     []TargetCheck      `json:"targets"`
 	Errors      map[string]string  `json:"errors,omitempty"`
 }
