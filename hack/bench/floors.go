@@ -143,17 +143,7 @@ func serveRLSFloor(addr string) error {
 // rlsFloor starts the floor of the rls scenario: a grpc-go server that
 // does nothing but answer (this harness, floorFlag).
 func (h *harness) rlsFloor(ctx context.Context) (*rlsTarget, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	bin, args := h.pin.command(self, floorFlag, addr)
-	p, err := startProc("rls-floor", filepath.Join(h.logDir, "rls-floor.log"), bin, args...)
+	p, addr, err := h.startFloor("rls-floor", floorFlag)
 	if err != nil {
 		return nil, err
 	}
@@ -163,4 +153,25 @@ func (h *harness) rlsFloor(ctx context.Context) (*rlsTarget, error) {
 		return nil, err
 	}
 	return &rlsTarget{name: "floor", client: client, pid: p.Pid(), close: func() { closeConn(); p.Kill() }}, nil
+}
+
+// startFloor starts this harness as the floor of flag (then its address,
+// then args) on the measured CPU, its log in name.log; it returns the
+// process and the loopback address it serves.
+func (h *harness) startFloor(name, flag string, args ...string) (*proc, string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	bin, argv := h.pin.command(self, append([]string{flag, addr}, args...)...)
+	p, err := startProc(name, filepath.Join(h.logDir, name+".log"), bin, argv...)
+	if err != nil {
+		return nil, "", err
+	}
+	return p, addr, nil
 }

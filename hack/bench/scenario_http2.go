@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -257,17 +255,7 @@ type h2FloorProc struct {
 // startH2Floor starts the h2 floor (this harness, h2FloorFlag) in front
 // of backend on the measured CPU and waits until a call through it works.
 func (h *harness) startH2Floor(ctx context.Context, backend string) (*h2FloorProc, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	bin, args := h.pin.command(self, h2FloorFlag, addr, "http://"+backend)
-	p, err := startProc("h2-floor", filepath.Join(h.logDir, "h2-floor.log"), bin, args...)
+	p, addr, err := h.startFloor("h2-floor", h2FloorFlag, "http://"+backend)
 	if err != nil {
 		return nil, err
 	}

@@ -127,17 +127,7 @@ var proxyFloors = []proxyFloor{
 // with f's flag) to the same upstream at the first rate: an HTTP engine's
 // own cost, without the limiter.
 func (h *harness) proxyFloorReference(ctx context.Context, f proxyFloor, mix tenantMix) (LatencyStep, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return LatencyStep{}, err
-	}
-	port, err := freePort()
-	if err != nil {
-		return LatencyStep{}, err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	bin, args := h.pin.command(self, f.flag, addr, h.upstream)
-	p, err := startProc(f.proc, filepath.Join(h.logDir, f.proc+".log"), bin, args...)
+	p, addr, err := h.startFloor(f.proc, f.flag, h.upstream)
 	if err != nil {
 		return LatencyStep{}, err
 	}
