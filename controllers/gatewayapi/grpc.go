@@ -16,27 +16,10 @@ import (
 // backendProtocol). resolved is the route's ResolvedRefs condition;
 // unsupported, when not empty, names a field tollgate does not implement.
 func compileGRPCRules(rt *gwv1.GRPCRoute, idx *backendIndex) (rules []routetable.Rule, resolved metav1.Condition, unsupported string) {
-	resolved = cond(string(gwv1.RouteConditionResolvedRefs), true, string(gwv1.RouteReasonResolvedRefs), "", rt.Generation)
-	var problems []string
-	for i := range rt.Spec.Rules {
-		r := &rt.Spec.Rules[i]
-		out, msg := compileGRPCRule(rt, i)
-		if msg != "" {
-			return nil, resolved, msg
-		}
-		for j := range r.BackendRefs {
-			ref := &r.BackendRefs[j]
-			if len(ref.Filters) > 0 {
-				return nil, resolved, fmt.Sprintf("spec.rules[%d].backendRefs[%d].filters is not supported", i, j)
-			}
-			out.Backends = append(out.Backends, idx.resolveInto(kindGRPCRoute, rt.Namespace, &ref.BackendRef, &resolved, &problems, rt.Generation))
-		}
-		rules = append(rules, out)
-	}
-	if len(problems) > 0 {
-		resolved.Message = strings.Join(problems, "; ")
-	}
-	return rules, resolved, ""
+	return compileRouteRules(idx, kindGRPCRoute, rt.Namespace, rt.Generation, rt.Spec.Rules,
+		func(i int) (routetable.Rule, string) { return compileGRPCRule(rt, i) },
+		func(r *gwv1.GRPCRouteRule) []gwv1.GRPCBackendRef { return r.BackendRefs },
+		func(r *gwv1.GRPCBackendRef) (*gwv1.BackendRef, bool) { return &r.BackendRef, len(r.Filters) > 0 })
 }
 
 // compileGRPCRule compiles rule i of rt without its backends; msg, when

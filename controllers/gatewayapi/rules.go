@@ -15,20 +15,34 @@ import (
 // condition; unsupported, when not empty, says which field uses a feature
 // tollgate does not implement (the route is then not accepted).
 func compileRules(rt *gwv1.HTTPRoute, idx *backendIndex) (rules []routetable.Rule, resolved metav1.Condition, unsupported string) {
-	resolved = cond(string(gwv1.RouteConditionResolvedRefs), true, string(gwv1.RouteReasonResolvedRefs), "", rt.Generation)
+	return compileRouteRules(idx, kindHTTPRoute, rt.Namespace, rt.Generation, rt.Spec.Rules,
+		func(i int) (routetable.Rule, string) { return compileRule(rt, i) },
+		func(r *gwv1.HTTPRouteRule) []gwv1.HTTPBackendRef { return r.BackendRefs },
+		func(r *gwv1.HTTPBackendRef) (*gwv1.BackendRef, bool) { return &r.BackendRef, len(r.Filters) > 0 })
+}
+
+// compileRouteRules compiles the rules of a route of kind in ns
+// (generation g), HTTPRoute or GRPCRoute: compile compiles rule i without
+// its backends, refs are a rule's backendRefs and ref gives each one's
+// BackendRef and whether it has filters (not supported). resolved is the
+// route's ResolvedRefs condition; unsupported, when not empty, names a
+// field tollgate does not implement.
+func compileRouteRules[Rule, Ref any](idx *backendIndex, kind, ns string, g int64, in []Rule, compile func(i int) (routetable.Rule, string),
+	refs func(*Rule) []Ref, ref func(*Ref) (*gwv1.BackendRef, bool)) (rules []routetable.Rule, resolved metav1.Condition, unsupported string) {
+	resolved = cond(string(gwv1.RouteConditionResolvedRefs), true, string(gwv1.RouteReasonResolvedRefs), "", g)
 	var problems []string
-	for i := range rt.Spec.Rules {
-		out, msg := compileRule(rt, i)
+	for i := range in {
+		out, msg := compile(i)
 		if msg != "" {
 			return nil, resolved, msg
 		}
-		r := &rt.Spec.Rules[i]
-		for j := range r.BackendRefs {
-			ref := &r.BackendRefs[j]
-			if len(ref.Filters) > 0 {
+		rs := refs(&in[i])
+		for j := range rs {
+			br, filtered := ref(&rs[j])
+			if filtered {
 				return nil, resolved, fmt.Sprintf("spec.rules[%d].backendRefs[%d].filters is not supported", i, j)
 			}
-			out.Backends = append(out.Backends, idx.resolveInto(kindHTTPRoute, rt.Namespace, &ref.BackendRef, &resolved, &problems, rt.Generation))
+			out.Backends = append(out.Backends, idx.resolveInto(kind, ns, br, &resolved, &problems, g))
 		}
 		rules = append(rules, out)
 	}
