@@ -151,3 +151,34 @@ func TestExpandGRPCRouteTargets(t *testing.T) {
 		t.Errorf("outside Gateway API mode: %+v", nf["whole"])
 	}
 }
+
+// TestGatewayTargetRefCoversGRPCRoutes: a rule on a Gateway limits the
+// rules of the GRPCRoutes attached to it as well as the HTTPRoutes', and
+// a GRPCRoute on another listener is left out with sectionName.
+func TestGatewayTargetRefCoversGRPCRoutes(t *testing.T) {
+	objs := targetFixture()
+	objs.grpc = map[types.NamespacedName]*gwv1.GRPCRoute{}
+	for _, name := range []string{"echo", "tls-only"} {
+		rt := &gwv1.GRPCRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name}}
+		rt.Spec.ParentRefs = []gwv1.ParentReference{{Name: "public"}}
+		if name == "tls-only" {
+			rt.Spec.ParentRefs[0].SectionName = ptr.To[gwv1.SectionName]("https")
+		}
+		rt.Spec.Rules = make([]gwv1.GRPCRouteRule, 1)
+		objs.grpc[types.NamespacedName{Namespace: "a", Name: name}] = rt
+	}
+	echo, tlsOnly := routetable.GRPCRuleID("a", "echo", "", 0), routetable.GRPCRuleID("a", "tls-only", "", 0)
+	items := []v1alpha1.RateLimitRule{
+		targetRule("whole", 0, "Gateway", "public", "", byAddr),
+		targetRule("http-listener", 0, "Gateway", "public", "http"),
+	}
+	c := compile(items, &tenantPolicy{open: true}, objs, time.Unix(1e9, 0))
+	whole := strings.Join(routesOf(c, "a/whole"), ",")
+	if !strings.Contains(whole, echo) || !strings.Contains(whole, tlsOnly) {
+		t.Errorf("the Gateway rule limits %s, want both GRPCRoutes' rules among them", whole)
+	}
+	listener := strings.Join(routesOf(c, "a/http-listener"), ",")
+	if !strings.Contains(listener, echo) || strings.Contains(listener, tlsOnly) {
+		t.Errorf("the listener rule limits %s, want echo's rule and not tls-only's", listener)
+	}
+}
