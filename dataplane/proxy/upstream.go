@@ -236,8 +236,9 @@ func (classes *classCounters) modifyResponse(res *http.Response) error {
 
 // errorHandler answers the requests of route whose forwarding failed: 408
 // when the client's body came too slowly (counted by clientTimeout), 504
-// when the upstream timed out, 502 otherwise (counted in classes, against
-// the upstream), and nothing when the client went away.
+// when the upstream timed out or the request's own deadline passed, 502
+// otherwise (counted in classes, against the upstream), and nothing when
+// the client went away.
 func (u *upstreams) errorHandler(route string, classes *classCounters, clientTimeout prometheus.Counter) func(http.ResponseWriter, *http.Request, error) {
 	return func(w http.ResponseWriter, req *http.Request, err error) {
 		if b, ok := req.Context().Value(bodyKey{}).(*deadlineBody); ok && b.timedOut.Load() {
@@ -252,7 +253,11 @@ func (u *upstreams) errorHandler(route string, classes *classCounters, clientTim
 		}
 		status, msg := http.StatusBadGateway, "upstream unavailable"
 		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+		// Past the request's own deadline (a gRPC call's grpc-timeout) the
+		// answer is a timeout whatever the upstream said first: an upstream
+		// honouring the same deadline resets the stream at that moment.
+		if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) ||
+			errors.Is(req.Context().Err(), context.DeadlineExceeded) {
 			status, msg = http.StatusGatewayTimeout, "upstream timed out"
 		}
 		u.log.Error(err, "upstream request failed", "route", route, "status", status)

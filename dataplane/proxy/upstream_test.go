@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -141,5 +143,45 @@ func TestGatewayAPITransportsBounded(t *testing.T) {
 	}
 	if n := h.upstreams.numTransports(); n > 2 {
 		t.Fatalf("%d transports after %d HTTPRoute tables with one backend timeout each, want at most 2", n, tables)
+	}
+}
+
+// TestErrorHandlerPastTheCallsDeadline: a gRPC call whose grpc-timeout
+// passed while it was forwarded ends DEADLINE_EXCEEDED (504) whatever error
+// the upstream's side gave first: an upstream that honours the forwarded
+// grpc-timeout resets the stream at the same moment the gateway cancels it,
+// and its reset must not turn the answer into UNAVAILABLE (502). A failure
+// before the deadline stays a 502.
+func TestErrorHandlerPastTheCallsDeadline(t *testing.T) {
+	u := newUpstreams(metrics.NewGateway(prometheus.NewRegistry()), ratelog.New(logr.Discard(), time.Second), 30*time.Second, DefaultTenantHeader)
+	var classes classCounters
+	for i := range classes {
+		classes[i] = prometheus.NewCounter(prometheus.CounterOpts{Name: fmt.Sprintf("c%d", i)})
+	}
+	handle := u.errorHandler("r", &classes, prometheus.NewCounter(prometheus.CounterOpts{Name: "t"}))
+	reset := errors.New("stream error: stream ID 3; CANCEL; received from peer")
+	for _, tc := range []struct {
+		name    string
+		expired bool
+		want    string
+	}{
+		{"past the deadline", true, "4"},
+		{"before the deadline", false, "14"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest("POST", "/pkg.Svc/Call", nil)
+			req.Header.Set("Content-Type", "application/grpc")
+			req.Proto, req.ProtoMajor, req.ProtoMinor = "HTTP/2.0", 2, 0
+			if tc.expired {
+				ctx, cancel := context.WithDeadline(req.Context(), time.Now().Add(-time.Millisecond))
+				defer cancel()
+				req = req.WithContext(ctx)
+			}
+			rec := httptest.NewRecorder()
+			handle(rec, req, reset)
+			if got := rec.Result().Trailer.Get("Grpc-Status") + rec.Header().Get("Grpc-Status"); got != tc.want {
+				t.Fatalf("grpc-status %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
