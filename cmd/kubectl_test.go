@@ -93,6 +93,13 @@ func TestKubectlPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Built before the requests: a cold build can take minutes, longer
+	// than the top window the requests must still be in.
+	plugin := filepath.Join(dir, "bin", "kubectl-tollgate")
+	if err := gobuild.Tollgate(envtestutil.RepoRoot(), plugin); err != nil {
+		t.Fatal(err)
+	}
+
 	srv := redistest.Start(t)
 	site := newTestSite(t, "")
 	var gws []*gateway.Gateway
@@ -122,10 +129,6 @@ func TestKubectlPlugin(t *testing.T) {
 		}
 	}
 
-	plugin := filepath.Join(dir, "bin", "kubectl-tollgate")
-	if err := gobuild.Tollgate(envtestutil.RepoRoot(), plugin); err != nil {
-		t.Fatal(err)
-	}
 	kubectl := func(args ...string) string {
 		t.Helper()
 		bin, err := envtestutil.Kubectl()
