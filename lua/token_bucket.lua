@@ -73,6 +73,13 @@
 --                           or B and not over), whatever this call decides
 -- ARGV[18] shift (ms)       added to Redis's time for the quota only; tests
 --                           move the calendar with it, gateways send 0
+-- ARGV[19] dry              "1": decide without taking (the first pass of
+--                           token_bucket_stack.lua, which takes only when
+--                           every bucket of a stack admits): granted is
+--                           what the call would take, and the tokens,
+--                           remaining and wait are the bucket's untaken.
+--                           Only for a take without a quota. Absent or
+--                           "": take.
 --
 -- Returns {granted, remaining, wait_ms, reset_ms, now_ms, tokens_lo,
 -- tokens_hi, stored_ms}, and with a quota {..., quota_remaining,
@@ -141,6 +148,7 @@ local cost = tonumber(ARGV[4]) / unit
 local want = tonumber(ARGV[5]) / unit
 local deadline = tonumber(ARGV[6]) or 0
 local debt_floor = tonumber(ARGV[10] or '')
+local dry = ARGV[19] == '1'
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -321,10 +329,12 @@ if qok and tokens >= cost then
   -- Whole units only (tokens may be fractional); the epsilon keeps a
   -- float's rounding (2.9999999) from losing a unit.
   granted = math.min(want * unit, math.floor(tokens * unit + 1e-6), qcap)
-  tokens = tokens - granted / unit
-  store()
-  if qkey then
-    qcharge(granted / unit)
+  if not dry then
+    tokens = tokens - granted / unit
+    store()
+    if qkey then
+      qcharge(granted / unit)
+    end
   end
 else
   if legacy then

@@ -48,6 +48,11 @@ type Limiter interface {
 	// Refund gives back what o, an Outcome Allow or AllowSpread returned
 	// for b, took. An error says the tokens stay spent.
 	Refund(ctx context.Context, b limiter.Bucket, o limiter.Outcome) error
+	// AllowAll decides the buckets of a request's stacked limits
+	// together, all or nothing, in one Redis call where it can (refused:
+	// the first enforcing one that refused, -1 none); ok false says it
+	// could not and took nothing: decide them one by one then.
+	AllowAll(ctx context.Context, ws []limiter.Want) (outs []limiter.Outcome, refused int, ok bool)
 }
 
 // The gateway's limiters.

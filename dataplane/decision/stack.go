@@ -20,8 +20,9 @@ type Limit struct {
 // Stacked is the outcome of the limits of one request, decided in order.
 type Stacked struct {
 	Limits []Limit
-	// Decisions has one entry per limit decided: all of them, or those up
-	// to the one that refused (the others were not asked).
+	// Decisions has one entry per limit decided: all of them, or, decided
+	// in order, those up to the one that refused (the others were not
+	// asked).
 	Decisions []Decision
 	// Binding is the index of the limit that binds: the one that refused,
 	// else the one with the fewest tokens left.
@@ -67,22 +68,74 @@ func (e *Engine) Limits(req Request, primary *snapshot.Rule) ([]Limit, error) {
 	return out, nil
 }
 
-// DecideStack takes costs[i] tokens from the bucket of each limit in
-// order. When one refuses, the limits after it are not asked and what the
-// ones before it took is given back (Refund): a request refused by one
-// limit takes nothing from the others, and no limit ever admits more than
-// it allows. Between a take and its refund another request may find the
-// tokens gone and be refused although it could have passed (the price of
-// limits in different Redis slots; docs/rules.md). A Shadow limit that
-// would refuse lets the request pass (Shadowed). An error comes only from
-// a Limiter that returns one; what was taken before it is given back.
+// DecideStack takes costs[i] tokens from the bucket of each limit, all
+// or nothing: a request refused by one limit takes nothing from the
+// others, and no limit ever admits more than it allows. Where the limiter
+// can (decideTogether: plain buckets in one Redis Cluster slot, or on one
+// server), one script call decides every limit and takes only when all
+// admit. Otherwise the limits are decided in order (decideInOrder): when
+// one refuses, the limits after it are not asked and what the ones before
+// it took is given back (Refund); between a take and its refund another
+// request may find the tokens gone and be refused although it could have
+// passed (docs/rules.md). A Shadow limit that would refuse lets the
+// request pass (Shadowed). An error comes only from a Limiter that
+// returns one; what was taken before it is given back.
 func (e *Engine) DecideStack(ctx context.Context, req Request, limits []Limit, costs []int64) (Stacked, error) {
-	st := Stacked{Limits: limits, Decisions: make([]Decision, 0, len(limits))}
-	for i, l := range limits {
+	st := Stacked{Limits: limits}
+	if !e.decideTogether(ctx, &st, costs) {
+		if err := e.decideInOrder(ctx, &st, costs); err != nil {
+			return st, err
+		}
+	}
+	if !st.Refused {
+		st.Binding = fewestLeft(st.Decisions)
+	}
+	if e.opts.Observe != nil && req.Tenant != "" {
+		e.opts.Observe(req.Tenant, req.Route, !st.Refused)
+	}
+	return st, nil
+}
+
+// decideTogether decides the limits of st in one call (Limiter.AllowAll)
+// when each is one plain bucket: no region share, shards, quota or
+// prefetch batch. It reports false, having taken nothing, when it could
+// not. Every limit is decided then, those after a refusal too.
+func (e *Engine) decideTogether(ctx context.Context, st *Stacked, costs []int64) bool {
+	ws := make([]limiter.Want, len(st.Limits))
+	for i, l := range st.Limits {
+		b, region := e.bucketAt(l.Key, l.Rule)
+		if region != "" || l.Rule.Shards > 1 || b.Quota.Key != "" || e.batch(l.Rule, b) > 0 {
+			return false
+		}
+		ws[i] = limiter.Want{Bucket: b, Cost: costs[i], Shadow: l.Rule.Shadow}
+	}
+	outs, refused, ok := e.opts.Limiter.AllowAll(ctx, ws)
+	if !ok {
+		return false
+	}
+	st.Decisions = make([]Decision, len(outs))
+	for i, o := range outs {
+		b := &ws[i].Bucket
+		st.Decisions[i] = Decision{Outcome: o, Limit: max(1, int64(b.Capacity))}
+		if !o.Allowed && st.Limits[i].Rule.Shadow {
+			st.Shadowed = true
+		}
+	}
+	if refused >= 0 {
+		st.Refused, st.Binding = true, refused
+	}
+	return true
+}
+
+// decideInOrder decides the limits of st one after the other, giving back
+// what the ones before a refusal took.
+func (e *Engine) decideInOrder(ctx context.Context, st *Stacked, costs []int64) error {
+	st.Decisions = make([]Decision, 0, len(st.Limits))
+	for i, l := range st.Limits {
 		d, err := e.decideAt(ctx, l.Key, l.Rule, costs[i])
 		if err != nil {
-			e.giveBack(ctx, &st)
-			return st, err
+			e.giveBack(ctx, st)
+			return err
 		}
 		st.Decisions = append(st.Decisions, d)
 		if d.Allowed {
@@ -94,17 +147,11 @@ func (e *Engine) DecideStack(ctx context.Context, req Request, limits []Limit, c
 		}
 		st.Refused, st.Binding = true, i
 		st.Decisions = st.Decisions[:i]
-		e.giveBack(ctx, &st)
+		e.giveBack(ctx, st)
 		st.Decisions = append(st.Decisions, d)
 		break
 	}
-	if !st.Refused {
-		st.Binding = fewestLeft(st.Decisions)
-	}
-	if e.opts.Observe != nil && req.Tenant != "" {
-		e.opts.Observe(req.Tenant, req.Route, !st.Refused)
-	}
-	return st, nil
+	return nil
 }
 
 // giveBack refunds every decision of st (an error leaves its tokens

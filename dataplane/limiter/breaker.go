@@ -152,19 +152,35 @@ func (br *Breaker) Take(ctx context.Context, b Bucket, cost, want int64) (TakeRe
 	// Not closed: open, or half-open (only probe sends then). gobreaker
 	// moves from open to half-open when asked for its state, which probe
 	// does.
-	if !br.closed.Load() {
-		return TakeResult{}, ErrOpen
-	}
-	done, err := br.cb.Allow()
+	done, err := br.enter()
 	if err != nil {
-		return TakeResult{}, ErrOpen
+		return TakeResult{}, err
 	}
-	br.waited.Add(1)
 	start := time.Now()
 	r, err := br.next.Take(ctx, b, cost, want)
+	br.leave(ctx, b, start, err, done)
+	return r, err
+}
+
+// enter lets one call through to Redis, or fails with ErrOpen while the
+// breaker is not closed; done, given the call's error, ends it (leave).
+func (br *Breaker) enter() (done func(error), err error) {
+	if !br.closed.Load() {
+		return nil, ErrOpen
+	}
+	done, err = br.cb.Allow()
+	if err != nil {
+		return nil, ErrOpen
+	}
+	br.waited.Add(1)
+	return done, nil
+}
+
+// leave ends a call for b that enter let through at start: it reports
+// the call and counts err, classified, towards opening the breaker.
+func (br *Breaker) leave(ctx context.Context, b Bucket, start time.Time, err error, done func(error)) {
 	br.observe(b, time.Since(start), err)
 	done(br.classify(ctx, err))
-	return r, err
 }
 
 // observe reports a call for b that took d and ended with err to

@@ -1,0 +1,145 @@
+package decision_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/dataplane/decision"
+	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
+)
+
+// byClient keys a bucket by the X-Client header.
+var byClient = snapshot.KeyPart{Kind: snapshot.PartHeader, Name: "X-Client"}
+
+// scriptCalls is the number of script calls Redis has run (EVALSHA and
+// EVAL, not counting those refused NOSCRIPT) since its statistics were
+// last reset. The commands a script calls count in their own entries.
+func scriptCalls(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(info, "\n") {
+		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for _, kv := range strings.Split(stats, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			x, _ := strconv.Atoi(v)
+			switch k {
+			case "calls":
+				n += x
+			case "failed_calls":
+				n -= x
+			}
+		}
+	}
+	return n
+}
+
+// TestStackedRefusalIsOneScriptCall: a request of a tenant on a route
+// refused by its tenant's budget (both buckets in the tenant's slot) is
+// decided by one script call that leaves the route's bucket as it was:
+// no take, no refund.
+func TestStackedRefusalIsOneScriptCall(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	e := stackEngine(t, c, slow("*", "*", 10), slow("*", "*", 1, byTenant))
+	req := &decision.Request{Tenant: "shop-a", Route: "r"}
+	if !pass(t, e, req) {
+		t.Fatal("first request refused")
+	}
+	route, err := limiter.Peek(context.Background(), c, limiter.Key("shop-a", "r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if pass(t, e, req) {
+		t.Fatal("second request passed the tenant's budget of 1")
+	}
+	if n := scriptCalls(t, c); n != 1 {
+		t.Errorf("the refused request made %d script calls, want 1 (both buckets are in the tenant's slot)", n)
+	}
+	after, err := limiter.Peek(context.Background(), c, limiter.Key("shop-a", "r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after != route {
+		t.Errorf("the route's bucket changed from %+v to %+v: the refused request took from it", route, after)
+	}
+}
+
+// TestStackedRefusalNeverHoldsTokens: requests of one tenant on one route
+// with exactly k tokens left, of two kinds: a client whose own budget is
+// spent (every request of it is refused) and k fresh clients. With both
+// limits in the tenant's slot, a refused request never takes the route's
+// tokens even for a moment, so the k fresh clients all pass, however
+// many refused requests run beside them (taken and refunded one after
+// the other, the refused ones would hold the route's tokens while their
+// budget says no, and refuse fresh clients for it).
+func TestStackedRefusalNeverHoldsTokens(t *testing.T) {
+	const k = 5
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	e := stackEngine(t, c, slow("*", "r", k+1), slow("*", "*", 1, byTenant, byClient))
+	client := func(name string) *decision.Request {
+		return &decision.Request{Tenant: "shop-a", Route: "r", Header: http.Header{"X-Client": {name}}}
+	}
+	if !pass(t, e, client("spent")) {
+		t.Fatal("the spent client's first request refused")
+	}
+	// The route's bucket holds k: the fresh clients' k requests fit.
+	var refused, admittedSpent atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if pass(t, e, client("spent")) {
+					admittedSpent.Add(1)
+				}
+				refused.Add(1)
+			}
+		}()
+	}
+	for refused.Load() < 100 {
+		time.Sleep(time.Millisecond) // the refused requests run first
+	}
+	admitted := 0
+	for i := range k {
+		if pass(t, e, client(fmt.Sprintf("fresh-%d", i))) {
+			admitted++
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if admittedSpent.Load() != 0 {
+		t.Fatalf("the spent client was admitted %d times", admittedSpent.Load())
+	}
+	if admitted != k {
+		t.Errorf("%d of %d fresh clients admitted with %d tokens on the route: a refused request held the route's tokens", admitted, k, k)
+	}
+}
