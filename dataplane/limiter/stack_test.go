@@ -1,0 +1,193 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
+)
+
+// TestSlot: Redis's own examples (the cluster specification's CRC16 check
+// value, hash tags) and the slots of tollgate's keys.
+func TestSlot(t *testing.T) {
+	cases := []struct {
+		key  string
+		slot uint16
+	}{
+		{"123456789", 0x31C3 % 16384}, // the specification's CRC16 check value
+		{"foo", 12182},
+		{"{user1000}.following", Slot("user1000")},
+		{"foo{}{bar}", Slot("foo{}{bar}")}, // an empty tag: the whole key
+		{"foo{{bar}}zap", Slot("{bar")},    // the first '{' to the first '}'
+		{"foo{bar}{zap}", Slot("bar")},
+		{"rl:{shop-a}:create-order", Slot("shop-a")},
+		{"rl:{shop-a}:|tenant", Slot("rl:{shop-a}")},
+	}
+	for _, c := range cases {
+		if got := Slot(c.key); got != c.slot {
+			t.Errorf("Slot(%q) = %d, want %d", c.key, got, c.slot)
+		}
+	}
+}
+
+// TestOneCall: which stacks of buckets one script call decides.
+func TestOneCall(t *testing.T) {
+	plain := func(key string) Want {
+		return Want{Bucket: Bucket{Key: key, Capacity: 10, RefillTokens: 1, RefillPeriodMs: 1000}, Cost: 1}
+	}
+	with := func(w Want, f func(*Want)) Want { f(&w); return w }
+	route, budget := plain(Key("shop-a", "r")), plain("rl:{shop-a}:|tenant|test/budget")
+	address := plain("rl:{a:192.0.2.1/32}:|address|test/login")
+	cases := []struct {
+		name    string
+		ws      []Want
+		cluster bool // the store is a Redis Cluster
+		want    bool
+	}{
+		{"tenant x route and the tenant's budget, one slot", []Want{route, budget}, true, true},
+		{"the tenant's buckets and an address's: two slots", []Want{route, budget, address}, true, false},
+		{"two slots on one server", []Want{route, address}, false, true},
+		{"two tenants in a Cluster", []Want{route, plain(Key("shop-b", "r"))}, true, false},
+		{"a shard (no hash tag)", []Want{route, with(budget, func(w *Want) { w.Bucket.Key, w.Bucket.Shards = ShardKey("shop-a", "r", "", 0), 4 })}, false, false},
+		{"a quota", []Want{route, with(budget, func(w *Want) { w.Bucket.Quota.Key = "rq:{shop-a}:r" })}, false, false},
+		{"a prefetch batch", []Want{with(route, func(w *Want) { w.Bucket.Prefetch = 50 }), budget}, false, false},
+		{"a charge", []Want{with(route, func(w *Want) { w.Bucket.Charge = true }), budget}, false, false},
+		{"a spread unit", []Want{with(route, func(w *Want) { w.Bucket.Unit = spreadUnit }), budget}, false, false},
+		{"a cost of 0", []Want{with(route, func(w *Want) { w.Cost = 0 }), budget}, false, false},
+		{"a Shadow limit", []Want{route, with(budget, func(w *Want) { w.Shadow = true })}, true, true},
+		{"nothing", nil, false, false},
+	}
+	for _, c := range cases {
+		if got := oneCall(c.ws, c.cluster); got != c.want {
+			t.Errorf("%s: oneCall = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// stackWants are a tenant's route bucket (capacity route) and its budget
+// across routes (capacity budget), in the tenant's slot, refilling one
+// token an hour.
+func stackWants(tenant string, route, budget float64) []Want {
+	slow := func(key string, capacity float64) Want {
+		return Want{Bucket: Bucket{Key: key, Capacity: capacity, RefillTokens: 1, RefillPeriodMs: 3600_000}, Cost: 1}
+	}
+	return []Want{slow(Key(tenant, "r"), route), slow("rl:{"+tenant+"}:|tenant|test/budget", budget)}
+}
+
+// tokens is what the bucket named key holds in Redis, to the token.
+func tokens(t *testing.T, c redis.Cmdable, key string) float64 {
+	t.Helper()
+	st, err := Peek(context.Background(), c, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Found {
+		return -1
+	}
+	return math.Round(st.Tokens)
+}
+
+// TestAllowAllTakesFromAllOrNone: one call takes from every bucket when
+// all admit, from none when one refuses (which it names, with each
+// bucket's tokens left and its wait); a Shadow bucket's refusal only
+// reports; an Outcome it admitted is refunded like Allow's.
+func TestAllowAllTakesFromAllOrNone(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	c := NewChain(ChainOptions{Client: client, Coalesce: true, EmptyBucketCache: true, Timeout: 30 * time.Second, MaxWait: 30 * time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	ws := stackWants("shop-a", 3, 2)
+	route, budget := ws[0].Bucket.Key, ws[1].Bucket.Key
+	for i, want := range []int{-1, -1, 1} {
+		outs, refused, ok := c.AllowAll(ctx, ws)
+		if !ok || refused != want {
+			t.Fatalf("request %d: refused %d (ok %v), want %d", i, refused, ok, want)
+		}
+		if want < 0 && (!outs[0].Allowed || !outs[1].Allowed) {
+			t.Fatalf("request %d admitted with outcomes %+v", i, outs)
+		}
+	}
+	// The third: the budget of 2 refused; the route kept its 1.
+	if got := []float64{tokens(t, client, route), tokens(t, client, budget)}; got[0] != 1 || got[1] != 0 {
+		t.Fatalf("route and budget hold %v after a refusal by the budget, want [1 0]", got)
+	}
+	outs, _, _ := c.AllowAll(ctx, ws)
+	if !outs[0].Allowed || outs[0].Taken() != 0 || outs[0].Remaining != 1 {
+		t.Errorf("the route's outcome %+v: want admitted by itself, nothing taken, 1 left", outs[0])
+	}
+	if outs[1].Allowed || outs[1].RetryAfter <= 0 || outs[1].Remaining != 0 {
+		t.Errorf("the budget's outcome %+v: want refused with a wait, 0 left", outs[1])
+	}
+	// A Shadow budget's refusal lets the request take from the route.
+	ws[1].Shadow = true
+	outs, refused, ok := c.AllowAll(ctx, ws)
+	if !ok || refused != -1 || !outs[0].Allowed || outs[1].Allowed || tokens(t, client, route) != 0 {
+		t.Fatalf("with a Shadow budget: refused %d (ok %v), outcomes %+v, route %v: want admitted by the route, which holds 0",
+			refused, ok, outs, tokens(t, client, route))
+	}
+	if err := c.Refund(ctx, ws[0].Bucket, outs[0]); err != nil || tokens(t, client, route) != 1 {
+		t.Fatalf("refund: %v, the route holds %v, want 1", err, tokens(t, client, route))
+	}
+	// An open breaker: not in one call, nothing taken.
+	tripBreaker(c)
+	if _, _, ok := c.AllowAll(ctx, ws); ok {
+		t.Error("decided in one call with the breaker open")
+	}
+}
+
+// TestAllowAllExactOverCluster: three gateways' chains on a Redis Cluster
+// of three masters, 60 requests of one tenant at once on a route of 30
+// under a budget of 100: each request is one call in the tenant's slot;
+// 30 pass and the 30 refused took nothing from the budget. Buckets in two
+// slots are not decided in one call.
+func TestAllowAllExactOverCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	var chains []*Chain
+	for range 3 {
+		c := NewChain(ChainOptions{Client: cluster.Client(t), Coalesce: true, EmptyBucketCache: true, Timeout: 30 * time.Second, MaxWait: 30 * time.Second})
+		t.Cleanup(func() { _ = c.Close() })
+		chains = append(chains, c)
+	}
+	ws := stackWants("shop-b", 30, 100)
+	for _, key := range []string{ws[0].Bucket.Key, ws[1].Bucket.Key, "rl:{a:192.0.2.1/32}:|address|x", "rl:shop-b:r:3", "foo{{bar}}zap"} {
+		if want, err := cluster.Client(t).ClusterKeySlot(ctx, key).Result(); err != nil || int64(Slot(key)) != want {
+			t.Fatalf("Slot(%q) = %d, CLUSTER KEYSLOT says %d (%v)", key, Slot(key), want, err)
+		}
+	}
+	var admitted, notOne atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 60 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, refused, ok := chains[i%3].AllowAll(ctx, ws)
+			switch {
+			case !ok:
+				notOne.Add(1)
+			case refused < 0:
+				admitted.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	client := cluster.Client(t)
+	if notOne.Load() != 0 || admitted.Load() != 30 {
+		t.Fatalf("admitted %d, %d not in one call: want 30, all in one call", admitted.Load(), notOne.Load())
+	}
+	if got := []float64{tokens(t, client, ws[0].Bucket.Key), tokens(t, client, ws[1].Bucket.Key)}; got[0] != 0 || got[1] != 70 {
+		t.Fatalf("route and budget hold %v, want [0 70]", got)
+	}
+	other := append(ws[:1:1], Want{Bucket: Bucket{Key: fmt.Sprintf("rl:{a:%s}:|address|x", "192.0.2.1/32"), Capacity: 5, RefillTokens: 1, RefillPeriodMs: 1000}, Cost: 1})
+	if _, _, ok := chains[0].AllowAll(ctx, other); ok {
+		t.Error("buckets in two slots of a Cluster were decided in one call")
+	}
+}
