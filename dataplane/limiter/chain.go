@@ -32,7 +32,9 @@ import (
 //
 // Charge, AllowSpread and the give-backs of Refund are no decisions the
 // Cache answers: they call Breakers.Take themselves (and so pass the Mirror
-// and the Batcher). When any layer below fails or the breaker is open, the
+// and the Batcher). AllowAll, a request's stacked limits in one call, passes
+// the breaker of the node and the Mirror too, then goes to Redis through
+// go-redis beside the Batcher's pipelines (stack.go). When any layer below fails or the breaker is open, the
 // rule's failure mode decides: for LocalFallback rules, Local (buckets of
 // 1/N, mirroring what Redis last said), which the Chain uses only to
 // decide. A breaker's change of state reaches OnStateChange as a
