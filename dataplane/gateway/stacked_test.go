@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -10,9 +11,12 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate-dev/tollgate/dataplane/explain"
 	"github.com/tollgate-dev/tollgate/dataplane/gateway"
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
+	"github.com/tollgate-dev/tollgate/lua"
 )
 
 // The rules of the stacked-limit tests: login 5 per client address
@@ -142,7 +146,15 @@ func TestStackedLimitsExactOverProcesses(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	checkStacked(t, stackedProcesses(t, "standalone", srv.Addr()))
+	// On one server every stack of these rules is decided in one call.
+	if ok, err := srv.Client(t).ScriptExists(context.Background(), stackScriptSHA).Result(); err != nil || !ok[0] {
+		t.Errorf("the stacked-limits script never ran (%v): no stack was decided in one call", err)
+	}
 }
+
+// stackScriptSHA names the stacked-limits script, which Redis knows once
+// a stack was decided in one call.
+var stackScriptSHA = redis.NewScript(lua.TokenBucketStack).Hash()
 
 // TestStackedLimitsExactOverProcessesCluster: the same over a Redis
 // Cluster of three masters, where the address buckets and the tenant's
@@ -153,6 +165,17 @@ func TestStackedLimitsExactOverProcessesCluster(t *testing.T) {
 	}
 	cluster := redistest.StartCluster(t, 3)
 	checkStacked(t, stackedProcesses(t, "cluster", cluster.Addrs()...))
+	// shop-b's route and budget (one slot) were decided in one call, on
+	// the master of shop-b's slot.
+	masters := 0
+	for _, n := range cluster.Nodes() {
+		if ok, err := n.Client(t).ScriptExists(context.Background(), stackScriptSHA).Result(); err == nil && ok[0] {
+			masters++
+		}
+	}
+	if masters == 0 {
+		t.Error("the stacked-limits script never ran on the Cluster: no stack was decided in one call")
+	}
 }
 
 // TestSameAnswersOverHTTPAndEnvoy: a rule written once keys the same
