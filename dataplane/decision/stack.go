@@ -101,6 +101,9 @@ func (e *Engine) DecideStack(ctx context.Context, req Request, limits []Limit, c
 // prefetch batch. It reports false, having taken nothing, when it could
 // not. Every limit is decided then, those after a refusal too.
 func (e *Engine) decideTogether(ctx context.Context, st *Stacked, costs []int64) bool {
+	if len(st.Limits) < 2 {
+		return false // one limit: nothing to give back, and Allow coalesces
+	}
 	ws := make([]limiter.Want, len(st.Limits))
 	for i, l := range st.Limits {
 		b, region := e.bucketAt(l.Key, l.Rule)

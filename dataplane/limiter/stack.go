@@ -30,14 +30,17 @@ type Want struct {
 //
 // ok is false, and nothing was taken, when ws cannot be decided in one
 // call (oneCall: a bucket the Cache or the local fallback decides, or
-// buckets in different Cluster slots), when the node's breaker is open,
+// buckets in different Cluster slots), when the Cache refuses the first
+// bucket without Redis (Allow, in order, then costs no call: a flood on a
+// spent limit stays off Redis), when the node's breaker is open,
 // or when the call failed: the caller then decides the buckets one at a
 // time (Allow), which applies each rule's failure mode. The call is
 // bounded by MaxWait, passes the breaker of the node that holds the slot
 // and the Mirror, and goes to Redis through go-redis (MOVED and ASK
 // followed; NOSCRIPT answered with the script's text).
 func (c *Chain) AllowAll(ctx context.Context, ws []Want) (outs []Outcome, refused int, ok bool) {
-	if c.cache == nil || !oneCall(ws, c.breaker.cluster != nil) {
+	if c.cache == nil || !oneCall(ws, c.breaker.cluster != nil) || c.cache.refuses(&ws[0].Bucket, ws[0].Cost) && !ws[0].Shadow {
+		// A first limit the Cache refuses: Allow answers it without Redis.
 		return nil, -1, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.MaxWait)
@@ -55,13 +58,46 @@ func (c *Chain) AllowAll(ctx context.Context, ws []Want) (outs []Outcome, refuse
 	}
 	outs = make([]Outcome, len(ws))
 	for i := range ws {
-		c.cache.learn(ws[i].Bucket, rs[i])
+		if i == refused {
+			c.cache.learnRefusal(ws[i].Bucket, rs[i])
+		} else {
+			c.cache.learn(ws[i].Bucket, rs[i])
+		}
 		outs[i] = rs[i].outcome(ws[i].Cost)
 		if outs[i].Allowed && refused < 0 {
 			outs[i].taken = taken{from: takenRedis, cost: ws[i].Cost}
 		}
 	}
 	return outs, refused, true
+}
+
+// refuses reports whether the Cache would refuse a Take of cost on b
+// itself (the empty-bucket cache), without Redis.
+func (c *Cache) refuses(b *Bucket, cost int64) bool {
+	sh := c.shard(b.Key)
+	now := c.opts.Clock()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.entries[b.Key]; e != nil && e.matches(b) && now.Before(e.refuseUntil) {
+		_, ok := e.refusal(b, cost, now)
+		return ok
+	}
+	return false
+}
+
+// learnRefusal records Redis's refusal r of bucket b in an all-or-nothing
+// call, as Take records one: the Cache answers the bucket's next refusals
+// itself.
+func (c *Cache) learnRefusal(b Bucket, r TakeResult) {
+	sh := c.shard(b.Key)
+	now := c.opts.Clock()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.entry(b, now, c.opts.MaxEntries)
+	e.observe(&b, &r, now)
+	if !c.opts.NoEmptyCache && r.state.nowMs > 0 {
+		e.refuse(&r, now)
+	}
 }
 
 // AllowAll is Chain.AllowAll for the local buckets: never in one call

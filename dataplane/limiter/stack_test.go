@@ -136,6 +136,22 @@ func TestAllowAllTakesFromAllOrNone(t *testing.T) {
 	if err := c.Refund(ctx, ws[0].Bucket, outs[0]); err != nil || tokens(t, client, route) != 1 {
 		t.Fatalf("refund: %v, the route holds %v, want 1", err, tokens(t, client, route))
 	}
+	// A first bucket Redis refused in one call: the Cache knows it is
+	// empty, and Allow refuses it without Redis.
+	spent := stackWants("shop-c", 1, 10)
+	if _, refused, _ := c.AllowAll(ctx, spent); refused != -1 {
+		t.Fatalf("shop-c's first request refused by %d", refused)
+	}
+	if _, refused, _ := c.AllowAll(ctx, spent); refused != 0 {
+		t.Fatalf("shop-c's second request refused by %d, want 0 (its route of 1)", refused)
+	}
+	if _, _, ok := c.AllowAll(ctx, spent); ok {
+		t.Error("a first bucket the Cache refuses went to Redis in one call")
+	}
+	calls := c.Waited()
+	if o, _ := c.Allow(ctx, spent[0].Bucket, 1); o.Allowed || c.Waited() != calls {
+		t.Errorf("Allow of the spent route: %+v after %d calls to Redis, want refused without one", o, c.Waited()-calls)
+	}
 	// An open breaker: not in one call, nothing taken.
 	tripBreaker(c)
 	if _, _, ok := c.AllowAll(ctx, ws); ok {
