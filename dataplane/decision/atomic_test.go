@@ -3,6 +3,7 @@ package decision_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/dataplane/decision"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/internal/procs/cluster"
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
@@ -141,5 +143,76 @@ func TestStackedRefusalNeverHoldsTokens(t *testing.T) {
 	}
 	if admitted != k {
 		t.Errorf("%d of %d fresh clients admitted with %d tokens on the route: a refused request held the route's tokens", admitted, k, k)
+	}
+}
+
+// TestStackedExactWhileTheSlotMoves: three engines on a Redis Cluster of
+// three masters decide a tenant's stacked limits (its route's 30 and its
+// budget of 100, one slot) while that slot moves to another master with
+// its keys: calls refused during the move (ASK, TRYAGAIN) are decided in
+// order instead, and the counts stay exact: 30 admitted, 70 left in the
+// budget.
+func TestStackedExactWhileTheSlotMoves(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a Redis Cluster")
+	}
+	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	rules := []snapshot.Rule{slow("*", "*", 30), slow("*", "*", 100, byTenant)}
+	var engines []*decision.Engine
+	for range 3 {
+		engines = append(engines, stackEngine(t, cl.Client(t), rules...))
+	}
+	req := &decision.Request{Tenant: "shop-b", Route: "r"}
+	if !pass(t, engines[0], req) { // the keys exist before the move
+		t.Fatal("first request refused")
+	}
+	slot, err := cl.Slot(limiter.Key("shop-b", "r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := cl.Owner(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	masters, err := cl.Masters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := masters[0].Addr
+	if to == owner.Addr {
+		to = masters[1].Addr
+	}
+	moved := make(chan error, 1)
+	go func() { moved <- cl.MoveSlot(ctx, slot, to, cluster.MoveOptions{Hold: 100 * time.Millisecond}) }()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 59 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * 5 * time.Millisecond) // spread over the move
+			if pass(t, engines[i%3], req) {
+				admitted.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := <-moved; err != nil {
+		t.Fatal(err)
+	}
+	if got := admitted.Load() + 1; got != 30 {
+		t.Errorf("admitted %d, want the route's 30", got)
+	}
+	c := cl.Client(t)
+	budget, err := decision.KeyFor(&rules[1], req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]float64{limiter.Key("shop-b", "r"): 0, budget: 70} {
+		st, err := limiter.Peek(ctx, c, key)
+		if err != nil || math.Round(st.Tokens) != want {
+			t.Errorf("%s holds %v (%v), want %v", key, st.Tokens, err, want)
+		}
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tollgate-dev/tollgate/dataplane/decision"
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
 	"github.com/tollgate-dev/tollgate/dataplane/rules"
@@ -29,7 +27,7 @@ var (
 )
 
 // stackEngine is an engine over rs with a Redis chain.
-func stackEngine(t *testing.T, c *redis.Client, rs ...snapshot.Rule) *decision.Engine {
+func stackEngine(t *testing.T, c limiter.BatchClient, rs ...snapshot.Rule) *decision.Engine {
 	t.Helper()
 	store := rules.NewStore(slow("*", "*", 1000))
 	store.Replace(snapshot.Build(rs, 1))
