@@ -6,7 +6,8 @@
 --
 -- The buckets must share one Redis Cluster slot (the gateway sends a call
 -- only then: a tenant's buckets share the hash tag {<tenant>}), or live on
--- one server. Plain takes only: no quota, shards, region share or batch.
+-- one server. Plain takes only: no quota, shards, region share or batch;
+-- no bucket twice (both would pass the first pass on the same tokens).
 --
 -- KEYS[2i-1], KEYS[2i]  bucket i's KEYS[1] and KEYS[2] of token_bucket.lua
 -- ARGV[1]   n          the number of buckets (>= 1)
@@ -35,9 +36,14 @@
 
 local n = tonumber(ARGV[1])
 
+-- at is where bucket i's arguments start, less one.
+local function at(i)
+  return 3 + 6 * (i - 1)
+end
+
 -- bucket is bucket i's KEYS and ARGV for take, dry or not.
 local function bucket(i, dry, deadline)
-  local a = 3 + 6 * (i - 1)
+  local a = at(i)
   local cost = ARGV[a + 4]
   return {KEYS[2 * i - 1], KEYS[2 * i]},
     {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], cost, cost, deadline, '1', ARGV[a + 5], ARGV[3], [19] = dry}
@@ -49,7 +55,8 @@ for i = 1, n do
   if r[1] < 0 then
     return r
   end
-  if refused == 0 and r[1] < tonumber(ARGV[3 + 6 * i - 2]) and ARGV[3 + 6 * i] == '1' then
+  -- Refused: fewer than cost granted, and the bucket enforces.
+  if refused == 0 and r[1] < tonumber(ARGV[at(i) + 4]) and ARGV[at(i) + 6] == '1' then
     refused = i
   end
   replies[i] = r

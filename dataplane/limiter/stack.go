@@ -108,7 +108,7 @@ func (l *Local) AllowAll(context.Context, []Want) ([]Outcome, int, bool) { retur
 // takes of one request each (a cost of at least 1; no quota, shards,
 // prefetch batch, fractions of a token or charge: those buckets have
 // state outside the bucket's field, in this gateway or in other keys),
-// and, in a Cluster, every key in one slot.
+// each bucket once, and, in a Cluster, every key in one slot.
 func oneCall(ws []Want, cluster bool) bool {
 	if len(ws) == 0 {
 		return false
@@ -121,6 +121,11 @@ func oneCall(ws []Want, cluster bool) bool {
 		}
 		if s, whole := bucketSlot(b.Key); cluster && (!whole || s != slot) {
 			return false
+		}
+		for j := range i {
+			if ws[j].Bucket.Key == b.Key {
+				return false // one bucket twice: the script checks each alone
+			}
 		}
 	}
 	return true

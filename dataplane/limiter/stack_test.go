@@ -61,6 +61,7 @@ func TestOneCall(t *testing.T) {
 		{"a charge", []Want{with(route, func(w *Want) { w.Bucket.Charge = true }), budget}, false, false},
 		{"a spread unit", []Want{with(route, func(w *Want) { w.Bucket.Unit = spreadUnit }), budget}, false, false},
 		{"a cost of 0", []Want{with(route, func(w *Want) { w.Cost = 0 }), budget}, false, false},
+		{"one bucket twice", []Want{route, budget, route}, false, false},
 		{"a Shadow limit", []Want{route, with(budget, func(w *Want) { w.Shadow = true })}, true, true},
 		{"nothing", nil, false, false},
 	}
