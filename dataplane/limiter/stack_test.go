@@ -208,3 +208,67 @@ func TestAllowAllExactOverCluster(t *testing.T) {
 		t.Error("buckets in two slots of a Cluster were decided in one call")
 	}
 }
+
+// TestStackScriptAnswersAsTheBucketScript: a bucket decided in a stack
+// call gets token_bucket.lua's own answer, state and storage: fractional
+// capacities, a bucket still in the 0.1 form (moved on its first take),
+// the compat layout, a cost above what is left and one above the
+// capacity. Twin buckets start alike; one is taken by the bucket script,
+// the other in a stack beside a bucket that admits.
+func TestStackScriptAnswersAsTheBucketScript(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	bt := NewBatcher(client, BatcherOptions{Timeout: 30 * time.Second, MaxWait: 30 * time.Second, ViaGoRedis: true})
+	t.Cleanup(func() { _ = bt.Close() })
+	cases := []struct {
+		name     string
+		capacity float64
+		legacy   string // tokens of a 0.1 form written first ("": none)
+		cost     int64
+		layout   Layout
+	}{
+		{"fresh", 10, "", 1, LayoutPacked},
+		{"fractional, 0.1 form", 2.5, "2.4", 2, LayoutPacked},
+		{"fractional, short", 2.5, "0.7", 1, LayoutPacked},
+		{"compat layout", 7, "3", 3, LayoutCompat},
+		{"above the capacity", 3, "", 4, LayoutPacked},
+	}
+	for i, c := range cases {
+		one, two := Key(fmt.Sprintf("one%d", i), "r"), Key(fmt.Sprintf("two%d", i), "r")
+		if c.legacy != "" {
+			now := time.Now().UnixMilli() - 10 // Redis's clock and this machine's agree here
+			for _, k := range []string{one, two} {
+				client.HSet(ctx, k, "tokens", c.legacy, "ts", now)
+			}
+		}
+		b := func(key string) Bucket {
+			return Bucket{Key: key, Capacity: c.capacity, RefillTokens: 1, RefillPeriodMs: 3600_000}
+		}
+		r := &Redis{client: client, Layout: c.layout}
+		want, err := r.Take(ctx, b(one), c.cost, c.cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bt.opts.Layout = c.layout
+		rs, _, err := bt.takeAll(ctx, "", []Want{{Bucket: b(two), Cost: c.cost}, {Bucket: b(fmt.Sprintf("rl:{two%d}:|x", i)), Cost: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := rs[0]
+		near := func(a, b int64) bool { return (a < 0) == (b < 0) && max(a-b, b-a) < 1000 } // the calls' times differ
+		if got.Granted != want.Granted || got.Remaining != want.Remaining || !near(got.WaitMs, want.WaitMs) || !near(got.ResetMs, want.ResetMs) {
+			t.Errorf("%s: stacked %+v, alone %+v", c.name, got, want)
+		}
+		st1, err1 := Peek(ctx, client, one)
+		st2, err2 := Peek(ctx, client, two)
+		if err1 != nil || err2 != nil || st1.Found != st2.Found || math.Abs(st1.Tokens-st2.Tokens) > 1e-3 {
+			t.Errorf("%s: stored %+v (%v) stacked, %+v (%v) alone", c.name, st2, err2, st1, err1)
+		}
+		n1, _ := client.Exists(ctx, one).Result()
+		n2, _ := client.Exists(ctx, two).Result()
+		if n1 != n2 {
+			t.Errorf("%s: the 0.1 form exists %d times stacked, %d alone", c.name, n2, n1)
+		}
+	}
+}
