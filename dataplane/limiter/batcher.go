@@ -65,6 +65,10 @@ type Batcher struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 	waits     waitList
+	// loadingStack: a load of the stacked-limits script is under way;
+	// stackLoaded: the last one succeeded, and no NOSCRIPT came since
+	// (loadStack).
+	loadingStack, stackLoaded atomic.Bool
 
 	roundTrips, commands, decisions atomic.Int64
 }

@@ -144,6 +144,9 @@ func (w *worker) exec(calls []call, ps pass, deadline time.Time) {
 	if n > 0 {
 		bt.roundTrips.Add(1)
 		bt.commands.Add(int64(n))
+		if ps == passNoScript {
+			bt.stackLoaded.Store(false) // Redis lost the stack script too
+		}
 	}
 }
 

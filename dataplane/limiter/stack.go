@@ -169,6 +169,9 @@ func (bt *Batcher) takeAll(ctx context.Context, node string, ws []Want) ([]TakeR
 	if d, ok := ctx.Deadline(); ok {
 		deadlineMs = bt.clock.DeadlineAt(d, deadlineSlackMs)
 	}
+	if !bt.stackLoaded.Load() {
+		bt.loadStack()
+	}
 	keys, args := stackCall(ws, deadlineMs, bt.opts.Layout)
 	var cmd *redis.Cmd
 	for _, withText := range [2]bool{false, true} {
@@ -186,6 +189,8 @@ func (bt *Batcher) takeAll(ctx context.Context, node string, ws []Want) ([]TakeR
 		if !isNoScript(cmd.Err()) {
 			break
 		}
+		bt.stackLoaded.Store(false)
+		bt.loadStack()
 	}
 	bt.decisions.Add(int64(len(ws)))
 	rs, refused, now, err := parseStack(cmd, len(ws))
@@ -196,6 +201,29 @@ func (bt *Batcher) takeAll(ctx context.Context, node string, ws []Want) ([]TakeR
 		bt.heard(node) // a Redis error reply is a sign of life too
 	}
 	return rs, refused, err
+}
+
+// loadStack loads the stacked-limits script into Redis (every node of a
+// Cluster) in the background, bounded by ExecTimeout rather than by a
+// request's MaxWait: before the first call, and after Redis answered
+// NOSCRIPT (a restart, a failover, SCRIPT FLUSH). When Redis is slow,
+// every call's EVALSHA may use up its wait before the NOSCRIPT reply or
+// the EVAL after it, and without a load of its own no later call would
+// find the script there either (the Batcher's pipelines resend their
+// script the same way, past their callers' deadlines). One load at a
+// time; a failed one is tried again by the next call.
+func (bt *Batcher) loadStack() {
+	if !bt.loadingStack.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer bt.loadingStack.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), bt.opts.ExecTimeout)
+		defer cancel()
+		if bt.client.ScriptLoad(ctx, lua.TokenBucketStack).Err() == nil {
+			bt.stackLoaded.Store(true)
+		}
+	}()
 }
 
 // stackCall is the KEYS and ARGV of lua/token_bucket_stack.lua for ws.

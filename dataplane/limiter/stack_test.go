@@ -272,3 +272,44 @@ func TestStackScriptAnswersAsTheBucketScript(t *testing.T) {
 		}
 	}
 }
+
+// TestStackScriptLoadsPastShortDeadlines: when no call can wait long
+// enough for its EVALSHA's NOSCRIPT and an EVAL after it (a wait of a
+// nanosecond here; a slow Redis in production), the script is still
+// loaded, in the background, and loaded again after Redis lost it, which
+// the Batcher's own NOSCRIPT replies say (their pipelines wait for them
+// past their callers' deadlines).
+func TestStackScriptLoadsPastShortDeadlines(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	c := NewChain(ChainOptions{Client: client, Coalesce: true, Timeout: time.Second, MaxWait: time.Nanosecond})
+	t.Cleanup(func() { _ = c.Close() })
+	loaded := func() bool {
+		ok, err := client.ScriptExists(ctx, tokenBucketStackSHA).Result()
+		return err == nil && ok[0]
+	}
+	for round := range 2 {
+		deadline := time.Now().Add(10 * time.Second)
+		for !loaded() {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the stacked-limits script was never loaded", round)
+			}
+			if _, _, ok := c.AllowAll(ctx, stackWants("shop-a", 10, 10)); ok {
+				t.Fatalf("round %d: decided in one call within a nanosecond", round)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := client.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// Decisions of one bucket: their pipeline gets NOSCRIPT (once one
+		// is sent: within a nanosecond, most give up before).
+		for deadline := time.Now().Add(10 * time.Second); c.batcher.stackLoaded.Load(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the Batcher's NOSCRIPT did not mark the stack script lost")
+			}
+			_, _ = c.batcher.Take(ctx, Bucket{Key: Key("shop-a", "one"), Capacity: 1, RefillTokens: 1, RefillPeriodMs: 1000}, 1, 1)
+		}
+	}
+}
