@@ -87,6 +87,10 @@ type Options struct {
 	// (dataplane/top) listens here, for both front doors. Called on the
 	// request's goroutine: it must be cheap and safe for concurrent use.
 	Observe func(tenant, route string, allowed bool)
+	// Stacked, if set, hears how each request with stacked limits was
+	// decided: in one call (oneCall) or in order. On the request's
+	// goroutine: cheap and safe for concurrent use.
+	Stacked func(oneCall bool)
 }
 
 // Decision is the answer for one request: the limiter's outcome and the

@@ -82,7 +82,11 @@ func (e *Engine) Limits(req Request, primary *snapshot.Rule) ([]Limit, error) {
 // returns one; what was taken before it is given back.
 func (e *Engine) DecideStack(ctx context.Context, req Request, limits []Limit, costs []int64) (Stacked, error) {
 	st := Stacked{Limits: limits}
-	if !e.decideTogether(ctx, &st, costs) {
+	oneCall := e.decideTogether(ctx, &st, costs)
+	if e.opts.Stacked != nil {
+		e.opts.Stacked(oneCall)
+	}
+	if !oneCall {
 		if err := e.decideInOrder(ctx, &st, costs); err != nil {
 			return st, err
 		}

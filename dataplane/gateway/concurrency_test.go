@@ -356,9 +356,10 @@ func buildTollgate(t *testing.T) string {
 
 // process is a tollgate gateway running as a child process.
 type process struct {
-	cmd  *exec.Cmd
-	url  string
-	done chan struct{}
+	cmd   *exec.Cmd
+	url   string
+	admin string // the admin port's address
+	done  chan struct{}
 }
 
 // startProcess runs bin with args and a free --listen and --admin-listen
@@ -371,7 +372,7 @@ func startProcess(t *testing.T, bin string, args ...string) *process {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &process{cmd: cmd, url: "http://" + listen, done: make(chan struct{})}
+	p := &process{cmd: cmd, url: "http://" + listen, admin: admin, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() { p.kill(t) })
 	waitFor(t, 30*time.Second, "gateway process ready", func() bool {

@@ -40,6 +40,11 @@ type Gateway struct {
 	// script (ScriptTokenBucket, ScriptConcurrency): Redis answered, so
 	// they are not RedisErrors and never open the breaker.
 	RedisScriptErrors *prometheus.CounterVec
+	// Stacked counts the requests several limits applied to, by how they
+	// were decided: StackOneCall (one script call, all or nothing) or
+	// StackInOrder (one limit after the other, refunds after a refusal).
+	Stacked                    *prometheus.CounterVec
+	stackedOne, stackedInOrder prometheus.Counter
 	// RedisTimeout is the deadline of one Redis decision (--redis-timeout),
 	// 0 without Redis; alerts compare the latency with it.
 	RedisTimeout prometheus.Gauge
@@ -163,6 +168,10 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 			Name: "tollgate_gateway_redis_script_errors_total",
 			Help: "Redis calls that failed in a script (token_bucket, concurrency), for one bucket: a key of another type, an argument Redis refused. Redis answered: they do not open the circuit breaker, and the request follows its rule's failure mode.",
 		}, []string{"script"}),
+		Stacked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_gateway_stacked_decisions_total",
+			Help: "Requests several limits applied to, by how they were decided: one_call (one script call, all or nothing) or in_order (one limit after the other, what was taken given back after a refusal).",
+		}, []string{"decided"}),
 		RedisTimeout: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_gateway_redis_timeout_seconds",
 			Help: "Deadline of one Redis decision call (--redis-timeout); 0 with --limiter=local.",
@@ -250,7 +259,7 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 			Help: "Rate limit service decisions under rules with spec.concurrency, which Envoy's protocol cannot enforce (no end-of-request signal): only the token bucket decided.",
 		}),
 	}
-	reg.MustRegister(m.Decisions, m.Responses, m.RedisDuration, m.RedisErrors, m.RedisScriptErrors, m.RedisTimeout, m.Breaker, m.Replicas, m.ReplicasCounted,
+	reg.MustRegister(m.Decisions, m.Responses, m.RedisDuration, m.RedisErrors, m.RedisScriptErrors, m.Stacked, m.RedisTimeout, m.Breaker, m.Replicas, m.ReplicasCounted,
 		m.SnapshotVersion, m.SnapshotFormat, m.BuildInfo, m.SnapshotLoaded, m.Rules, m.ReloadErrors, m.ForeignRefused, m.UpstreamDuration, m.IdentityFailures, m.ForwardedMalformed,
 		m.ConcurrencyInFlight, m.ConcurrencyRejections, m.ConcurrencyUnenforced,
 		m.ResponseCharges, m.ResponseCostTokens, m.ResponseDrains, m.ResponseDrainsRefused,
@@ -262,6 +271,7 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 	for _, s := range []string{ScriptTokenBucket, ScriptConcurrency} {
 		m.RedisScriptErrors.WithLabelValues(s) // 0 until the first error
 	}
+	m.stackedOne, m.stackedInOrder = m.Stacked.WithLabelValues(StackOneCall), m.Stacked.WithLabelValues(StackInOrder)
 	// At 0 from the start: a counter born at 1 shows no increase.
 	for _, s := range []string{"rules", "httproutes", "tls"} {
 		m.ForeignRefused.WithLabelValues(s)
@@ -269,6 +279,25 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 	v := version.Get()
 	m.BuildInfo.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)
 	return m
+}
+
+// How a stack of limits was decided (Gateway.Stacked's label).
+const (
+	StackOneCall = "one_call"
+	StackInOrder = "in_order"
+)
+
+// ObserveStacked counts a request whose limits stacked, decided in one
+// call or in order (decision.Options.Stacked). Safe on a nil Gateway.
+func (m *Gateway) ObserveStacked(oneCall bool) {
+	if m == nil {
+		return
+	}
+	if oneCall {
+		m.stackedOne.Inc()
+	} else {
+		m.stackedInOrder.Inc()
+	}
 }
 
 // RegisterRedisStats exports the limiter's Redis traffic: round trips,

@@ -81,3 +81,15 @@ func TestRedisWaits(t *testing.T) {
 	}
 	t.Error("tollgate_gateway_redis_waits_total not exported")
 }
+
+func TestObserveStacked(t *testing.T) {
+	g := NewGateway(prometheus.NewRegistry())
+	for _, oneCall := range []bool{true, true, false} {
+		g.ObserveStacked(oneCall)
+	}
+	if one, inOrder := testutil.ToFloat64(g.Stacked.WithLabelValues(StackOneCall)), testutil.ToFloat64(g.Stacked.WithLabelValues(StackInOrder)); one != 2 || inOrder != 1 {
+		t.Errorf("one_call %v, in_order %v: want 2 and 1", one, inOrder)
+	}
+	var none *Gateway
+	none.ObserveStacked(true) // nil: no panic
+}
