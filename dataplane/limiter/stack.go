@@ -39,9 +39,11 @@ type Want struct {
 // and the Mirror, and goes to Redis through go-redis (MOVED and ASK
 // followed; NOSCRIPT answered with the script's text).
 func (c *Chain) AllowAll(ctx context.Context, ws []Want) (outs []Outcome, refused int, ok bool) {
-	if c.cache == nil || !oneCall(ws, c.breaker.cluster != nil) || c.cache.refuses(&ws[0].Bucket, ws[0].Cost) && !ws[0].Shadow {
-		// A first limit the Cache refuses: Allow answers it without Redis.
+	if c.cache == nil || !oneCall(ws, c.breaker.cluster != nil) {
 		return nil, -1, false
+	}
+	if !ws[0].Shadow && c.cache.refuses(&ws[0].Bucket, ws[0].Cost) {
+		return nil, -1, false // Allow refuses it without Redis
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.MaxWait)
 	defer cancel()
