@@ -256,14 +256,24 @@ func (u *upstreams) errorHandler(route string, classes *classCounters, clientTim
 		// Past the request's own deadline (a gRPC call's grpc-timeout) the
 		// answer is a timeout whatever the upstream said first: an upstream
 		// honouring the same deadline resets the stream at that moment.
-		if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) ||
-			errors.Is(req.Context().Err(), context.DeadlineExceeded) {
+		if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) || pastDeadline(req.Context()) {
 			status, msg = http.StatusGatewayTimeout, "upstream timed out"
 		}
 		u.log.Error(err, "upstream request failed", "route", route, "status", status)
 		classes[status/100].Inc()
 		writeError(w, req, status, msg)
 	}
+}
+
+// pastDeadline reports whether ctx's deadline has passed: its timer fired,
+// or is due and has not run yet (a loaded machine runs timers late, and
+// the upstream's own timer for the same deadline may win).
+func pastDeadline(ctx context.Context) bool {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // writeError writes a gateway answer to a forwarded request whose

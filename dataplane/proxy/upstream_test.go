@@ -161,22 +161,27 @@ func TestErrorHandlerPastTheCallsDeadline(t *testing.T) {
 	handle := u.errorHandler("r", &classes, prometheus.NewCounter(prometheus.CounterOpts{Name: "t"}))
 	reset := errors.New("stream error: stream ID 3; CANCEL; received from peer")
 	for _, tc := range []struct {
-		name    string
-		expired bool
-		want    string
+		name string
+		ctx  func(context.Context) (context.Context, context.CancelFunc)
+		want string
 	}{
-		{"past the deadline", true, "4"},
-		{"before the deadline", false, "14"},
+		{"past the deadline", func(c context.Context) (context.Context, context.CancelFunc) {
+			return context.WithDeadline(c, time.Now().Add(-time.Millisecond))
+		}, "4"},
+		{"past the deadline, its timer not run yet", func(c context.Context) (context.Context, context.CancelFunc) {
+			return lateTimer{c, time.Now().Add(-time.Millisecond)}, func() {}
+		}, "4"},
+		{"before the deadline", func(c context.Context) (context.Context, context.CancelFunc) {
+			return context.WithDeadline(c, time.Now().Add(time.Hour))
+		}, "14"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := httptest.NewRequest("POST", "/pkg.Svc/Call", nil)
 			req.Header.Set("Content-Type", "application/grpc")
 			req.Proto, req.ProtoMajor, req.ProtoMinor = "HTTP/2.0", 2, 0
-			if tc.expired {
-				ctx, cancel := context.WithDeadline(req.Context(), time.Now().Add(-time.Millisecond))
-				defer cancel()
-				req = req.WithContext(ctx)
-			}
+			ctx, cancel := tc.ctx(req.Context())
+			defer cancel()
+			req = req.WithContext(ctx)
 			rec := httptest.NewRecorder()
 			handle(rec, req, reset)
 			if got := rec.Result().Trailer.Get("Grpc-Status") + rec.Header().Get("Grpc-Status"); got != tc.want {
@@ -185,3 +190,12 @@ func TestErrorHandlerPastTheCallsDeadline(t *testing.T) {
 		})
 	}
 }
+
+// lateTimer is a context whose deadline has passed but whose timer has not
+// fired yet, as on a loaded machine.
+type lateTimer struct {
+	context.Context
+	d time.Time
+}
+
+func (l lateTimer) Deadline() (time.Time, bool) { return l.d, true }
