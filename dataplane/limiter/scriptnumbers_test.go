@@ -35,6 +35,7 @@ func TestHugeSlowBucketAnswers(t *testing.T) {
 	const day = 24 * 3600 * 1000
 	b := Bucket{Key: Key("t", "huge"), Capacity: 1e9, RefillTokens: 1, RefillPeriodMs: day}
 
+	first := redisMs(t, c)
 	res, err := r.Take(ctx, b, 1, 1)
 	if err != nil || res.Granted != 1 || res.Remaining != 999_999_999 || res.WaitMs != 0 {
 		t.Fatalf("first take: %+v %v, want 1 granted, 999999999 left, no wait", res, err)
@@ -45,8 +46,10 @@ func TestHugeSlowBucketAnswers(t *testing.T) {
 	if err != nil || res.Granted != 999_999_999 || res.Remaining != 0 {
 		t.Fatalf("draining take: %+v %v, want 999999999 granted, none left", res, err)
 	}
-	if res.WaitMs > day || res.WaitMs < day-1 {
-		t.Fatalf("wait after draining: %d ms, want a day (%d ms)", res.WaitMs, day)
+	// A day less what refilled between the two takes (on a loaded machine
+	// they can be milliseconds apart).
+	if apart := redisMs(t, c) - first; res.WaitMs > day || res.WaitMs < day-apart-1 {
+		t.Fatalf("wait after draining: %d ms, want a day (%d ms) less at most the %d ms between the takes", res.WaitMs, day, apart)
 	}
 	if full := 1e9 * float64(day); math.Abs(float64(res.ResetMs)-full) > full*1e-9 {
 		t.Fatalf("reset after draining: %d ms, want a full refill, %.0f ms", res.ResetMs, full)
