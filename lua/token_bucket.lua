@@ -81,6 +81,31 @@
 --                           Only for a take without a quota. Absent or
 --                           "": take.
 --
+-- Region demand (optional: with ARGV[19] absent or empty nothing is
+-- recorded; gateways set it for rules split between regions whose shares
+-- follow the traffic, docs/regions.md). The call adds the tokens it
+-- admitted and refused to the region's demand ring, the last key of the
+-- call (KEYS[3], or KEYS[5] with a quota): rd:{<tag of KEYS[1]>}:<rule>@<region>,
+-- in KEYS[1]'s slot. The ring is a hash of ARGV[20] fields "0".."n-1",
+-- one per window of ARGV[19] ms (the window number modulo n), each
+-- "<window>:<admitted>:<refused>:<share>", a field of an older window
+-- being reset when its slot comes round again, and the field "w" (the
+-- window, for readers). Its expiry is set when a window starts: twice the
+-- ring. Fixed size per rule, region and tag; no extra round trip.
+-- ARGV[19] window (ms)      length of a window
+-- ARGV[20] slots            windows in the ring
+-- ARGV[21] share            the region's share in force (percent) in the
+--                           gateway that calls: a window's largest, so that
+--                           the rebalancer sees when every gateway enforces
+--                           a lowered share
+-- ARGV[22] asked            tokens (in units) the call's requests asked
+--                           for: cost, times the requests sharing the call
+--                           (a prefetch asks for its request's cost only);
+--                           asked less granted counts as refused
+-- ARGV[23] refused before   tokens the gateway refused on its own since its
+--                           last call of the bucket (its empty-bucket
+--                           cache), counted as refused here
+--
 -- Returns {granted, remaining, wait_ms, reset_ms, now_ms, tokens_lo,
 -- tokens_hi, stored_ms}, and with a quota {..., quota_remaining,
 -- quota_reset_ms, quota_short}:
@@ -197,6 +222,35 @@ local function qcharge(n)
   qleft = math.min(qlimit, math.max(0, qleft - n))
 end
 
+-- demand adds admitted and refused tokens (whole tokens, not units) to
+-- the region's demand ring (ARGV[19..23]), if the call records demand.
+local dwin = tonumber(ARGV[19] or '')
+local function demand(admitted, refused)
+  if not dwin or dwin <= 0 then
+    return
+  end
+  local dkey = KEYS[#KEYS]
+  local slots = tonumber(ARGV[20])
+  local win = math.floor(now / dwin)
+  local field = tostring(win % slots)
+  local a, r, s = 0, 0, 0
+  local old = redis.call('HGET', dkey, field)
+  local w, oa, orf, os
+  if old then
+    w, oa, orf, os = string.match(old, '^(%d+):([^:]+):([^:]+):(%d+)$')
+  end
+  if w and tonumber(w) == win then
+    a, r, s = tonumber(oa), tonumber(orf), tonumber(os)
+  else
+    redis.call('HSET', dkey, 'w', dwin)
+    redis.call('PEXPIRE', dkey, ms(2 * dwin * slots))
+  end
+  a = a + admitted
+  r = r + refused + (tonumber(ARGV[23]) or 0)
+  s = math.max(s, tonumber(ARGV[21]) or 0)
+  redis.call('HSET', dkey, field, string.format('%d:%.17g:%.17g:%d', win, a, r, s))
+end
+
 -- The bucket's state as stored: set once it is read, and by store().
 local stored, stored_ms
 
@@ -289,6 +343,7 @@ end
 if cost < 0 then
   tokens = math.min(capacity, tokens - cost)
   store()
+  demand(0, 0)
   if qkey then
     qcharge(cost)
     cost = 0
@@ -309,6 +364,7 @@ if debt_floor and cost >= 0 then
   charge = math.floor(charge * unit + 1e-6) / unit
   tokens = tokens - charge
   store()
+  demand(charge, 0)
   local wait = 0
   if tokens < 1 / unit then
     wait = math.ceil((1 / unit - tokens) / per_ms)
@@ -344,6 +400,8 @@ else
     extend(KEYS[1])
   end
 end
+
+demand(granted / unit, math.max(0, (tonumber(ARGV[22]) or cost * unit) - granted) / unit)
 
 local wait = 0
 if cost > capacity then

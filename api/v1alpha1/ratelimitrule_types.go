@@ -17,6 +17,8 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.regions) || self.regions.all(r, self.capacity * r.percent >= 100 * (has(self.hotKey) && has(self.hotKey.shards) ? self.hotKey.shards : 1))",message="spec.regions: every region's share of spec.capacity (capacity x percent / 100) must hold at least one token per shard (spec.hotKey.shards)"
 // +kubebuilder:validation:XValidation:rule="!has(self.regions) || !has(self.concurrency) || self.regions.all(r, self.concurrency.maxInFlight * r.percent >= 100)",message="spec.regions: every region's share of spec.concurrency.maxInFlight (maxInFlight x percent / 100) must be at least one request"
 // +kubebuilder:validation:XValidation:rule="(has(self.refill) ? (!has(self.refill.tokens) || !has(self.refill.period) || self.refill.tokens < 1) : (!has(self.refillPerSecond) || self.refillPerSecond < 1)) || (self.capacity + (has(self.cost) && has(self.cost.response) ? (has(self.cost.response.maxDebt) ? self.cost.response.maxDebt : self.capacity) : 0)) * (has(self.refill) ? duration(self.refill.period).getSeconds() : 1) / (has(self.refill) ? self.refill.tokens : self.refillPerSecond) <= 9007199254740",message="spec.capacity (plus spec.cost.response.maxDebt) must refill within 2^53 milliseconds (about 285,000 years): (capacity + maxDebt) x refill period / refill tokens must be at most 9007199254740 seconds"
+// +kubebuilder:validation:XValidation:rule="!has(self.regionSplit) || has(self.regions)",message="spec.regionSplit needs spec.regions: it says whether the regions' shares follow the traffic"
+// +kubebuilder:validation:XValidation:rule="!has(self.regions) || self.regions.all(r, !has(r.minPercent) || self.capacity * r.minPercent >= 100 * (has(self.hotKey) && has(self.hotKey.shards) ? self.hotKey.shards : 1))",message="spec.regions: every region's minPercent of spec.capacity must hold at least one token per shard (spec.hotKey.shards)"
 // +kubebuilder:validation:XValidation:rule="!has(self.match) || self.tenant == '*'",message="spec.match needs tenant \"*\": a rule that matches claims applies to every tenant whose token carries them (a tenant's own rule already wins over it)"
 // +kubebuilder:validation:XValidation:rule="!has(self.by) || !has(self.shared) || !self.shared",message="spec.shared makes one bucket for every request the rule matches: it cannot be combined with spec.by"
 // +kubebuilder:validation:XValidation:rule="!(has(self.by) || (has(self.shared) && self.shared)) || (!has(self.concurrency) && (!has(self.cost) || !has(self.cost.response)))",message="spec.by and spec.shared cannot be combined with spec.concurrency or spec.cost.response, which limit per tenant and route"
@@ -132,14 +134,28 @@ type RateLimitRuleSpec struct {
 	// started with --region <name> enforces its region's share with buckets
 	// of its own, so regions never call each other's Redis. The percentages
 	// must add up to 100. A gateway in a region that is not listed (or
-	// without --region) enforces the whole limit.
+	// without --region) enforces the whole limit. With the controller's
+	// region rebalancer on (--region-rebalance, docs/regions.md) and
+	// regionSplit FollowTraffic (the default), these percentages are the
+	// starting split: the shares in force follow each region's measured
+	// demand and are in status.regions.
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:XValidation:rule="self.map(r, r.percent).sum() == 100",message="spec.regions: the percentages must add up to 100"
+	// +kubebuilder:validation:XValidation:rule="self.map(r, has(r.minPercent) ? r.minPercent : 0).sum() <= 100",message="spec.regions: the minPercent floors must add up to at most 100"
 	// +optional
 	Regions []RegionShare `json:"regions,omitempty"`
+
+	// regionSplit says whether the split of spec.regions follows the
+	// traffic: FollowTraffic (the default) lets the region rebalancer move
+	// the shares from the demand measured in each region, within the
+	// floors (spec.regions[].minPercent); Fixed keeps spec.regions'
+	// percentages in force whatever the traffic. Needs spec.regions.
+	// +kubebuilder:validation:Enum=FollowTraffic;Fixed
+	// +optional
+	RegionSplit RegionSplit `json:"regionSplit,omitempty"`
 
 	// concurrency caps the tenant's requests in flight on the route across
 	// all gateway replicas, next to the token bucket (both must admit). A
@@ -388,11 +404,99 @@ type RegionShare struct {
 	// +required
 	Name string `json:"name"`
 
-	// percent is the region's share of capacity and rate, 1 to 100.
+	// percent is the region's share of capacity and rate, 1 to 100: the
+	// share in force, or, when the shares follow the traffic, the starting
+	// split.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	// +required
 	Percent int32 `json:"percent"`
+
+	// minPercent is the least share the region rebalancer gives the region
+	// when the shares follow the traffic (spec.regionSplit), 1 to 100, so
+	// that a quiet region can still serve a first burst; default the
+	// rebalancer's floor (--region-floor, 5). The floors of all regions
+	// add up to at most 100.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MinPercent *int32 `json:"minPercent,omitempty"`
+}
+
+// RegionSplit is FollowTraffic or Fixed.
+type RegionSplit string
+
+const (
+	// RegionSplitFollowTraffic lets the region rebalancer move the shares.
+	RegionSplitFollowTraffic RegionSplit = "FollowTraffic"
+	// RegionSplitFixed keeps spec.regions' percentages in force.
+	RegionSplitFixed RegionSplit = "Fixed"
+)
+
+// RegionInForce is one region's share in force, as the region rebalancer
+// last published it.
+type RegionInForce struct {
+	// name is the region, one of spec.regions.
+	// +kubebuilder:validation:MaxLength=32
+	// +required
+	Name string `json:"name"`
+
+	// percent is the share of capacity and rate the region's gateways
+	// enforce.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +required
+	Percent int32 `json:"percent"`
+
+	// demand is the region's smoothed demand, in tokens asked for
+	// (admitted and refused, cost included) per second, as the rebalancer
+	// last measured it ("12.5").
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	Demand string `json:"demand,omitempty"`
+
+	// lastHeard is when the region's gateways last reported demand; a
+	// region silent for longer than the rebalancer's --region-silent-after
+	// decays to its floor.
+	// +optional
+	LastHeard *metav1.Time `json:"lastHeard,omitempty"`
+}
+
+// RegionChange is a change of the region shares in its first step: the
+// shrinking regions have their lower share in force; the growing ones get
+// theirs once every lowered region has confirmed it (its gateways decided
+// under it), or at the latest after the rebalancer's
+// --region-confirm-within.
+type RegionChange struct {
+	// target is the split the change ends at.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	// +required
+	Target []RegionTarget `json:"target"`
+
+	// since is when the lower shares were published.
+	// +required
+	Since metav1.Time `json:"since"`
+}
+
+// RegionTarget is one region's share at the end of a change.
+type RegionTarget struct {
+	// name is the region.
+	// +kubebuilder:validation:MaxLength=32
+	// +required
+	Name string `json:"name"`
+
+	// percent is its share once the change is complete.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +required
+	Percent int32 `json:"percent"`
+
+	// lowered says the region's share was lowered in the first step: its
+	// gateways must confirm it before any region's share is raised.
+	// +optional
+	Lowered bool `json:"lowered,omitempty"`
 }
 
 // Mode is Enforce or Shadow.
@@ -466,6 +570,28 @@ type RateLimitRuleStatus struct {
 	// +kubebuilder:validation:MaxItems=8
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// regions are the region shares in force, written by the region
+	// rebalancer for a rule whose spec.regions follow the traffic; the
+	// snapshot carries these, not spec.regions, while they name the same
+	// regions. They add up to 100, or less in the middle of a change
+	// (regionChange). Empty: spec.regions is in force.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Regions []RegionInForce `json:"regions,omitempty"`
+
+	// regionSplit is status.regions in short form ("eu=70 us=30"), for
+	// kubectl get -o wide.
+	// +kubebuilder:validation:MaxLength=600
+	// +optional
+	RegionSplit string `json:"regionSplit,omitempty"`
+
+	// regionChange is the change of shares in progress, if any: the
+	// rebalancer resumes it from here after a restart.
+	// +optional
+	RegionChange *RegionChange `json:"regionChange,omitempty"`
 }
 
 // RateLimitRule limits the requests of one tenant on one gateway route with a
@@ -484,6 +610,7 @@ type RateLimitRuleStatus struct {
 // +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.spec.expiresAt`
 // +kubebuilder:printcolumn:name="Mode",type=string,priority=1,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Version",type=integer,priority=1,JSONPath=`.status.publishedVersion`
+// +kubebuilder:printcolumn:name="Regions",type=string,priority=1,JSONPath=`.status.regionSplit`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type RateLimitRule struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -81,6 +81,11 @@ type Options struct {
 	// QuotaShift moves the script's calendar (Redis's time) by the same
 	// amount a test moves Clock. Tests only: production leaves it 0.
 	QuotaShift time.Duration
+	// Demand, with WindowMs > 0, makes the gateway record in its region's
+	// Redis what it admitted and refused for each rule whose region
+	// shares follow the traffic (snapshot.Rule.FollowsTraffic), in the
+	// call that decides: the region rebalancer reads it.
+	Demand DemandOptions
 	// Observe, if set, hears every decision: allowed is false for a
 	// request refused (a Shadow rule's would-be refusal passes, so it
 	// counts as allowed). The gateway's top-K of refused tenants
@@ -91,6 +96,22 @@ type Options struct {
 	// decided: in one call (oneCall) or in order. On the request's
 	// goroutine: cheap and safe for concurrent use.
 	Stacked func(oneCall bool)
+}
+
+// DemandOptions shape the demand ring of a rule in a region (see
+// lua/token_bucket.lua): Slots windows of WindowMs each.
+type DemandOptions struct {
+	WindowMs, Slots int64
+}
+
+// DefaultDemandSlots is the ring's windows when DemandOptions.Slots is 0.
+const DefaultDemandSlots = 12
+
+func (d DemandOptions) slots() int64 {
+	if d.Slots == 0 {
+		return DefaultDemandSlots
+	}
+	return max(2, d.Slots)
 }
 
 // Decision is the answer for one request: the limiter's outcome and the
@@ -223,11 +244,15 @@ func (e *Engine) bucketAt(base string, rule *snapshot.Rule) (limiter.Bucket, str
 	b := limiter.BucketFor("", "", rule)
 	b.Key = base
 	region := ""
-	if _, ok := rule.Share(e.opts.Region); ok {
+	if pct, ok := rule.Share(e.opts.Region); ok {
 		region = e.opts.Region
 		b.Key = limiter.RegionOf(base, region)
 		b.Capacity = rule.RegionCapacity(region)
 		b.RefillTokens, b.RefillPeriodMs = rule.RegionRefill(region)
+		if d := e.opts.Demand; d.WindowMs > 0 && rule.FollowsTraffic() && rule.Source != "" {
+			b.Demand = limiter.Demand{Key: limiter.DemandKey(b.Key, rule.Source, region),
+				WindowMs: d.WindowMs, Slots: d.slots(), Percent: int64(pct)}
+		}
 	}
 	b.Quota = e.quota(base, region, rule)
 	return b, region
@@ -270,6 +295,10 @@ func shardBucket(b limiter.Bucket, base, region string, i, n int) limiter.Bucket
 	sb.RefillPeriodMs = b.RefillPeriodMs * int64(n)
 	sb.Shards, sb.WholeKey = n, b.Key
 	sb.Key = limiter.ShardKeyOf(base, region, i)
+	if sb.Demand.Key != "" {
+		// The shard's own ring, in the shard's slot.
+		sb.Demand.Key = sb.Demand.ForKey(sb.Key)
+	}
 	sb.Quota = shardQuota(b.Quota, sb.Key, i, n)
 	return sb
 }

@@ -111,6 +111,7 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 	g.engine = decision.New(decision.Options{
 		Rules: g.store, Limiter: g.chain, Region: opts.Region, Replicas: g.members.Replicas,
 		Clock: opts.Clock, QuotaShift: opts.quotaShift, Observe: g.support.top.Observe, Stacked: g.metrics.ObserveStacked,
+		Demand: decision.DemandOptions{WindowMs: opts.RegionDemandWindow.Milliseconds(), Slots: int64(opts.RegionDemandSlots)},
 	})
 	if err := g.buildProxy(); err != nil {
 		return nil, err

@@ -87,6 +87,9 @@ type Options struct {
 	OwnConnections bool
 	PrefetchTTL    time.Duration
 	Region         string
+	// RegionDemandWindow and RegionDemandSlots: see --region-demand-window.
+	RegionDemandWindow time.Duration
+	RegionDemandSlots  int
 
 	Kube              kubeconfig.Options
 	SnapshotNamespace string
@@ -245,6 +248,9 @@ func (o *Options) addLimiterFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.PrefetchTTL, "prefetch-ttl", 250*time.Millisecond, "How long tokens prefetched for a hotKey rule, or granted by Redis after their request was already answered (Redis stalled), stay usable for the next requests of the bucket before they are dropped.")
 	fs.StringVar(&o.Region, "region", "",
 		"This gateway's region: rules with spec.regions are enforced at this region's share, with keys of their own. Default: none (whole limits).")
+	fs.DurationVar(&o.RegionDemandWindow, "region-demand-window", 10*time.Second,
+		"With --region: the window of the demand each decision of a rule whose region shares follow the traffic records in this region's Redis (in the same script call), for the region rebalancer. 0: record nothing.")
+	fs.IntVar(&o.RegionDemandSlots, "region-demand-slots", 12, "With --region: the windows of demand kept per rule and region (a ring: fixed size, expired after twice its span).")
 }
 
 // addClusterFlags registers the flags of Kubernetes: the snapshot ConfigMaps and the count of replicas.
@@ -319,6 +325,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--redis-pipelines must be at least 1")
 	case o.Region != "" && !snapshot.ValidRegion(o.Region):
 		return fmt.Errorf("--region %q: 1 to 32 characters of a-z, 0-9 and '-'", o.Region)
+	case o.RegionDemandWindow < 0 || (o.RegionDemandWindow > 0 && o.RegionDemandWindow < 10*time.Millisecond):
+		return fmt.Errorf("--region-demand-window must be 0 or at least 10ms")
+	case o.RegionDemandSlots != 0 && (o.RegionDemandSlots < 2 || o.RegionDemandSlots > 1000):
+		return fmt.Errorf("--region-demand-slots must be between 2 and 1000")
 	}
 	if err := o.validateTimeouts(); err != nil {
 		return err

@@ -104,6 +104,10 @@ type cacheEntry struct {
 	expires   time.Time
 	remaining int64         // Redis's remaining after the last fetch
 	fetching  chan struct{} // closed when the fetch in flight ends
+
+	// refused is the tokens of the refusals the Cache answered since its
+	// last call of a bucket that records region demand (Bucket.Demand).
+	refused int64
 }
 
 // NewCache wraps next.
@@ -152,6 +156,9 @@ func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, 
 		sh.mu.Lock()
 		e := sh.entry(b, now, c.opts.MaxEntries)
 		if r, ok := e.answer(&b, cost, now); ok {
+			if b.Demand.Key != "" && r.Granted == 0 {
+				e.refused += cost // told to Redis with the next call
+			}
 			sh.mu.Unlock()
 			return r, nil
 		}
@@ -167,6 +174,11 @@ func (c *Cache) Take(ctx context.Context, b Bucket, cost, _ int64) (TakeResult, 
 			case <-ctx.Done():
 				return TakeResult{}, ctx.Err()
 			}
+		}
+		if b.Demand.Key != "" {
+			// The refusals answered here since the last call ride on this
+			// one into the region's demand (lost if it fails).
+			b.Demand.Refused, e.refused = e.refused, 0
 		}
 		want := cost
 		var done chan struct{}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/pkg/regionshares"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -56,6 +57,11 @@ type Bucket struct {
 	// Quota is the calendar quota that must admit the request too (Key
 	// "": none).
 	Quota Quota
+
+	// Demand, with Key set, makes the script record what the call admitted
+	// and refused in the region's demand ring (rules whose region shares
+	// follow the traffic; docs/regions.md).
+	Demand Demand
 
 	// node is the Redis node that holds Key (its address in a Cluster, ""
 	// otherwise), set by the per-node breakers for the Batcher.
@@ -255,4 +261,47 @@ func (r TakeResult) outcome(cost int64) Outcome {
 		d.Quota = QuotaOutcome{Set: true, Remaining: q.Remaining, ResetAfter: msDuration(float64(q.ResetMs)), Refused: !d.Allowed && q.Short}
 	}
 	return d
+}
+
+// Demand says where a call records its region's demand: the script's
+// ARGV[19..23] (lua/token_bucket.lua).
+type Demand struct {
+	// Key is the ring (DemandKey); "": the call records nothing.
+	Key string
+	// WindowMs is the length of one window of the ring, Slots the windows
+	// it holds.
+	WindowMs, Slots int64
+	// Percent is the region's share in force in this gateway.
+	Percent int64
+	// Refused is the tokens the gateway refused on its own (the Cache's
+	// empty-bucket answers) since its last call of the bucket; the Cache
+	// sets it.
+	Refused int64
+}
+
+// DemandKey is the demand ring of rule (its source, "namespace/name") in
+// region for the bucket named key: rd:{<tag>}:<rule>@<region>, <tag>
+// being the hash tag of the hash that holds key (the tenant, for
+// rl:{tenant}:route), or, for a bucket without one (a shard), the whole
+// key, so that the ring is in the bucket's Redis Cluster slot and one
+// script call can touch both.
+func DemandKey(key, rule, region string) string {
+	return Demand{Key: regionshares.DemandKey("", rule, region)}.ForKey(key)
+}
+
+// ForKey is d's ring for the bucket named key instead (a shard of the
+// bucket d was made for): the same rule and region, key's tag.
+func (d Demand) ForKey(key string) string {
+	hash, _ := Storage(key)
+	tag := hash
+	if open := strings.IndexByte(hash, '{'); open >= 0 {
+		if end := strings.IndexByte(hash[open:], '}'); end > 1 {
+			tag = hash[open+1 : open+end]
+		}
+	}
+	rest := d.Key
+	if i := strings.Index(rest, "}:"); i >= 0 {
+		rest = rest[i+2:]
+	}
+	return regionshares.KeyPrefix + tag + "}:" + rest
 }

@@ -76,8 +76,24 @@ func (a *scriptArgs) fill(b *Bucket, cost, want, deadlineMs int64, layout Layout
 		keys = append(keys, q.counter(q.Start), q.counter(q.Switch))
 		// ARGV[11] is reserved (request cost); "" is its default.
 		args = append(args, debt, "", q.Limit, q.Start, q.Switch, q.End, q.Owed, q.OwedStart, q.ShiftMs)
-	} else if b.Charge {
+	} else if b.Charge || b.Demand.Key != "" {
 		args = append(args, debt)
+	}
+	if d := &b.Demand; d.Key != "" {
+		keys = append(keys, d.Key)
+		for len(args) < 18 {
+			args = append(args, "") // no quota: ARGV[11..18] empty
+		}
+		// What the call's requests asked for: one request's cost for a
+		// prefetch or a charge (the batch beyond it is not demand), every
+		// request's for calls that several share (want of them).
+		asked := want
+		if b.Prefetch > 1 || b.Charge {
+			asked = cost
+		}
+		a.demand = [5]int64{d.WindowMs, d.Slots, d.Percent, asked, d.Refused}
+		dm := &a.demand
+		args = append(args, &dm[0], &dm[1], &dm[2], &dm[3], &dm[4])
 	}
 	return keys, args
 }
@@ -92,6 +108,7 @@ type scriptArgs struct {
 	ints     [6]int64
 	field    string
 	maxDebt  float64
+	demand   [5]int64
 	argv     [10]any
 }
 

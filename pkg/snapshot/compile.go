@@ -64,6 +64,7 @@ func Compile(items []v1alpha1.RateLimitRule) (rules []Rule, verdicts []Verdict) 
 			verdicts[i] = Verdict{Reason: ReasonInvalid, Message: err.Error()}
 			continue
 		}
+		rule.InForce(obj.Status.Regions)
 		v := Verdict{Rate: v1alpha1.FormatRate(rule.RefillTokens, rule.Period())}
 		key := pair{rule.Kind(), rule.Tenant, rule.Route, rule.ClaimsKey()}
 		if winner, taken := winners[key]; taken {

@@ -51,6 +51,9 @@ func appendRule(b []byte, r *Rule) []byte {
 		}
 		b = append(b, ']')
 	}
+	if r.RegionsFixed {
+		b = append(b, `,"rf":true`...)
+	}
 	b = appendIntField(b, "mi", int64(r.MaxInFlight))
 	b = appendIntField(b, "mil", r.MaxInFlightLeaseMs)
 	if r.Cost != nil {

@@ -34,8 +34,13 @@ type Rule struct {
 	// Shards is the number of sub-buckets (0 and 1: not sharded).
 	Shards int32 `json:"k,omitempty"`
 	// Regions split the limit between regions; their percentages add up to
-	// 100.
+	// 100, or less in the middle of a change of the shares (the region
+	// rebalancer lowers the shrinking shares before it raises the growing
+	// ones).
 	Regions []RegionShare `json:"rg,omitempty"`
+	// RegionsFixed is spec.regionSplit Fixed: the shares never follow the
+	// traffic, and the gateways record no demand for the rule.
+	RegionsFixed bool `json:"rf,omitempty"`
 	// MaxInFlight caps the requests in flight cluster-wide (0: no cap).
 	MaxInFlight int32 `json:"mi,omitempty"`
 	// MaxInFlightLeaseMs is the lease of a concurrency slot (0: the
@@ -84,6 +89,12 @@ const (
 type RegionShare struct {
 	Name    string `json:"n"`
 	Percent int32  `json:"p"`
+}
+
+// FollowsTraffic reports whether the rule's region shares follow the
+// traffic: it is split and not Fixed. Its gateways record demand.
+func (r *Rule) FollowsTraffic() bool {
+	return len(r.Regions) > 0 && !r.RegionsFixed
 }
 
 // Defaults and bounds of the hot-key settings; they match the CRD schema.
@@ -276,10 +287,21 @@ func (r *Rule) validateHotKey() error {
 				r.Tenant, r.Route, clip.String(g.Name), g.Percent, r.Capacity, max(1, r.Shards))
 		}
 	}
-	if sum != 100 {
-		return fmt.Errorf("rule %s/%s: region percentages add up to %d, not 100", r.Tenant, r.Route, sum)
+	// Less than 100 in the middle of a change of the shares (the
+	// rebalancer lowers shares before it raises others), never more.
+	if sum > 100 {
+		return fmt.Errorf("rule %s/%s: region percentages add up to %d, more than 100", r.Tenant, r.Route, sum)
 	}
 	return nil
+}
+
+// regionSum is the sum of the region percentages.
+func (r *Rule) regionSum() int32 {
+	var sum int32
+	for _, g := range r.Regions {
+		sum += g.Percent
+	}
+	return sum
 }
 
 // ValidRegion reports whether s is a valid region name: 1 to 32 characters
@@ -369,6 +391,12 @@ func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 	r.Cost = costFromSpec(spec.Cost, spec.Capacity)
 	for _, g := range spec.Regions {
 		r.Regions = append(r.Regions, RegionShare{Name: g.Name, Percent: g.Percent})
+	}
+	r.RegionsFixed = spec.RegionSplit == v1alpha1.RegionSplitFixed
+	if sum := r.regionSum(); len(r.Regions) > 0 && sum != 100 {
+		// A snapshot may hold less (a change of the shares in progress);
+		// a spec's split is whole.
+		return Rule{}, fmt.Errorf("%s: spec.regions: region percentages add up to %d, not 100", source, sum)
 	}
 	if c := spec.Concurrency; c != nil {
 		if c.MaxInFlight < 1 {
