@@ -323,18 +323,11 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--identity-failure-burst must not be negative, --identity-failure-rate must be positive and --identity-failure-max-addresses at least 1")
 	case o.Pipelines < 1:
 		return fmt.Errorf("--redis-pipelines must be at least 1")
-	case o.Region != "" && !snapshot.ValidRegion(o.Region):
-		return fmt.Errorf("--region %q: 1 to 32 characters of a-z, 0-9 and '-'", o.Region)
-	case o.RegionDemandWindow < 0 || (o.RegionDemandWindow > 0 && o.RegionDemandWindow < 10*time.Millisecond):
-		return fmt.Errorf("--region-demand-window must be 0 or at least 10ms")
-	case o.RegionDemandSlots != 0 && (o.RegionDemandSlots < 2 || o.RegionDemandSlots > 1000):
-		return fmt.Errorf("--region-demand-slots must be between 2 and 1000")
 	}
-	if err := o.validateTimeouts(); err != nil {
-		return err
-	}
-	if err := o.validateIdentity(); err != nil {
-		return err
+	for _, check := range [...]func() error{o.validateRegion, o.validateTimeouts, o.validateIdentity} {
+		if err := check(); err != nil {
+			return err
+		}
 	}
 	if _, err := clientaddr.Parse(o.TrustedProxies); err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
@@ -355,6 +348,19 @@ func (o *Options) Validate() error {
 }
 
 // validateTimeouts checks the flags of addTimeoutFlags.
+// validateRegion checks --region and the demand it records.
+func (o *Options) validateRegion() error {
+	switch {
+	case o.Region != "" && !snapshot.ValidRegion(o.Region):
+		return fmt.Errorf("--region %q: 1 to 32 characters of a-z, 0-9 and '-'", o.Region)
+	case o.RegionDemandWindow < 0 || (o.RegionDemandWindow > 0 && o.RegionDemandWindow < 10*time.Millisecond):
+		return fmt.Errorf("--region-demand-window must be 0 or at least 10ms")
+	case o.RegionDemandSlots != 0 && (o.RegionDemandSlots < 2 || o.RegionDemandSlots > 1000):
+		return fmt.Errorf("--region-demand-slots must be between 2 and 1000")
+	}
+	return nil
+}
+
 func (o *Options) validateTimeouts() error {
 	switch {
 	case o.ReloadInterval <= 0 || o.ShutdownGrace < 0:

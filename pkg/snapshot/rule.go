@@ -295,6 +295,20 @@ func (r *Rule) validateHotKey() error {
 	return nil
 }
 
+// compileRegions compiles spec.regions and spec.regionSplit.
+func (r *Rule) compileRegions(spec *v1alpha1.RateLimitRuleSpec, source string) error {
+	for _, g := range spec.Regions {
+		r.Regions = append(r.Regions, RegionShare{Name: g.Name, Percent: g.Percent})
+	}
+	r.RegionsFixed = spec.RegionSplit == v1alpha1.RegionSplitFixed
+	if sum := r.regionSum(); len(r.Regions) > 0 && sum != 100 {
+		// A snapshot may hold less (a change of the shares in progress);
+		// a spec's split is whole.
+		return fmt.Errorf("%s: spec.regions: region percentages add up to %d, not 100", source, sum)
+	}
+	return nil
+}
+
 // regionSum is the sum of the region percentages.
 func (r *Rule) regionSum() int32 {
 	var sum int32
@@ -389,14 +403,8 @@ func FromSpec(spec *v1alpha1.RateLimitRuleSpec, source string) (Rule, error) {
 		}
 	}
 	r.Cost = costFromSpec(spec.Cost, spec.Capacity)
-	for _, g := range spec.Regions {
-		r.Regions = append(r.Regions, RegionShare{Name: g.Name, Percent: g.Percent})
-	}
-	r.RegionsFixed = spec.RegionSplit == v1alpha1.RegionSplitFixed
-	if sum := r.regionSum(); len(r.Regions) > 0 && sum != 100 {
-		// A snapshot may hold less (a change of the shares in progress);
-		// a spec's split is whole.
-		return Rule{}, fmt.Errorf("%s: spec.regions: region percentages add up to %d, not 100", source, sum)
+	if err := r.compileRegions(spec, source); err != nil {
+		return Rule{}, err
 	}
 	if c := spec.Concurrency; c != nil {
 		if c.MaxInFlight < 1 {
