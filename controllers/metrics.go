@@ -47,6 +47,22 @@ var (
 		Name: "tollgate_controller_foreign_configmaps",
 		Help: "ConfigMaps carrying the snapshot label that the controller does not manage (left alone, see the ForeignConfigMap events).",
 	})
+	regionShare = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tollgate_region_share_percent",
+		Help: "The region share in force of a rule split between regions whose shares follow the traffic, by rule (namespace/name) and region, as the region rebalancer last published it.",
+	}, []string{"rule", "region"})
+	regionDemand = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tollgate_region_demand_tokens_per_second",
+		Help: "The smoothed demand (tokens asked for, admitted and refused, cost included, per second) of a rule in a region, as the region rebalancer measured it.",
+	}, []string{"rule", "region"})
+	regionChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_region_share_changes_total",
+		Help: "Steps of region share changes: Lowered (the first step, the shrinking regions), Raised (the growing ones).",
+	}, []string{"kind"})
+	regionReadFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_region_read_failures_total",
+		Help: "Passes of the region rebalancer that could not read a region's Redis (its shares stayed), by region.",
+	}, []string{"region"})
 	statusPatches = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tollgate_controller_status_patches_total",
 		Help: "RateLimitRule status patches.",
@@ -55,5 +71,5 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(buildInfo, snapshotFormat, publishDuration, rulesByState, snapshotShards, snapshotVersion, configMapWrites, statusPatches,
-		publishFailures, publishFailing, foreignConfigMaps)
+		publishFailures, publishFailing, foreignConfigMaps, regionShare, regionDemand, regionChanges, regionReadFailures)
 }

@@ -8,10 +8,12 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -78,6 +80,9 @@ type Options struct {
 	// Default routetable.DefaultName.
 	RouteTableName string
 
+	// Regions configure the region rebalancer (off by default).
+	Regions RegionOptions
+
 	// Clock is the time rules' spec.expiresAt is compared with; default
 	// time.Now. Tests move it. Not a flag.
 	Clock func() time.Time
@@ -131,6 +136,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet, defaultNamespace string) {
 			"a listener that asks for GRPCRoutes on HTTP says ResolvedRefs=False (InvalidRouteKinds).")
 	fs.StringVar(&o.GatewayService, "gateway-service", "tollgate-gateway", "With --gateway-api: the gateway Service (in --snapshot-namespace) whose addresses Gateways report.")
 	fs.StringVar(&o.RouteTableName, "route-table", routetable.DefaultName, "With --gateway-api: name of the route table ConfigMap written to --snapshot-namespace.")
+	o.Regions.AddFlags(fs)
 }
 
 // Validate checks the options.
@@ -153,7 +159,7 @@ func (o *Options) Validate() error {
 	case o.SnapshotFormat != 0 && !snapshot.ValidFormat(o.SnapshotFormat):
 		return fmt.Errorf("--snapshot-format must be %d or %d, not %d", snapshot.FormatTenant, snapshot.Format, o.SnapshotFormat)
 	}
-	return nil
+	return o.Regions.Validate()
 }
 
 // Setup adds the reconcilers to mgr (the Gateway API one with
@@ -205,7 +211,42 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := status.setupWithManager(mgr, queue, opts.StatusWorkers); err != nil {
 		return fmt.Errorf("setting up the status controller: %w", err)
 	}
-	return nil
+	return setupRebalancer(mgr, opts.Regions)
+}
+
+// setupRebalancer adds the region rebalancer to mgr (leader only), with a
+// Redis client per region, closed when the manager stops.
+func setupRebalancer(mgr ctrl.Manager, o RegionOptions) error {
+	if !o.Enabled {
+		return nil
+	}
+	clients := make(map[string]redis.UniversalClient, len(o.Redis))
+	for region, addr := range o.Redis {
+		if !snapshot.ValidRegion(region) {
+			return fmt.Errorf("--region-redis: region %q: 1 to 32 characters of a-z, 0-9 and '-'", region)
+		}
+		clients[region] = redis.NewClient(&redis.Options{Addr: addr, DialTimeout: o.ReadTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.ReadTimeout})
+	}
+	rb := NewRebalancer(RebalancerConfig{
+		Store: kubeRules{client: mgr.GetClient()}, Regions: clients, Options: o,
+		Recorder: mgr.GetEventRecorder("tollgate-region-rebalancer"), Log: mgr.GetLogger().WithName("regions"),
+	})
+	return mgr.Add(closing{rb, clients})
+}
+
+// closing runs the rebalancer and closes its clients when it ends.
+type closing struct {
+	*Rebalancer
+	clients map[string]redis.UniversalClient
+}
+
+func (c closing) Start(ctx context.Context) error {
+	defer func() {
+		for _, cl := range c.clients {
+			_ = cl.Close()
+		}
+	}()
+	return c.Rebalancer.Start(ctx)
 }
 
 // annotationInt parses an integer annotation.

@@ -550,8 +550,9 @@ func (r *SnapshotReconciler) setupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](100*time.Millisecond, 30*time.Second)}).
 		WatchesRawSource(initial).
 		// Status writes do not change generation; only spec changes, creates
-		// and deletes can change the snapshot.
-		Watches(&v1alpha1.RateLimitRule{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// and deletes can change the snapshot, and the region shares in
+		// force, which the region rebalancer writes in status.
+		Watches(&v1alpha1.RateLimitRule{}, toKey, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, regionSharesChanged))).
 		// Shards are watched by metadata only, so the cache does not hold
 		// every rule twice.
 		WatchesMetadata(&corev1.ConfigMap{}, toKey, builder.WithPredicates(shardEvents))
@@ -567,6 +568,34 @@ func (r *SnapshotReconciler) setupWithManager(mgr ctrl.Manager) error {
 		b = b.WatchesMetadata(&corev1.Namespace{}, toKey, builder.WithPredicates(policyEvents))
 	}
 	return b.Complete(r)
+}
+
+// regionSharesChanged passes the updates of a rule whose region shares in
+// force (status.regions, the rebalancer's) changed: they are in the
+// snapshot.
+var regionSharesChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		a, okA := e.ObjectOld.(*v1alpha1.RateLimitRule)
+		b, okB := e.ObjectNew.(*v1alpha1.RateLimitRule)
+		return okA && okB && !sameShares(a.Status.Regions, b.Status.Regions)
+	},
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// sameShares reports whether two lists of shares in force agree on every
+// region's percent (demand and lastHeard aside).
+func sameShares(a, b []v1alpha1.RegionInForce) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].Percent != b[i].Percent {
+			return false
+		}
+	}
+	return true
 }
 
 // policyEvents passes the Namespace events that can change the policy.

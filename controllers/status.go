@@ -20,6 +20,10 @@ func desiredStatus(obj *v1alpha1.RateLimitRule, st ruleState, snapshotRef string
 		ObservedGeneration: obj.Generation,
 		Rate:               st.Rate,
 		Conditions:         append([]metav1.Condition(nil), cur.Conditions...),
+		// The region rebalancer's fields are its own: kept as they are.
+		Regions:      cur.Regions,
+		RegionSplit:  cur.RegionSplit,
+		RegionChange: cur.RegionChange,
 	}
 	set := func(t string, ok bool, reason, msg string) {
 		status := metav1.ConditionFalse
