@@ -144,7 +144,7 @@ func writeState(status *v1alpha1.RateLimitRuleStatus, st *regionshares.State) {
 	status.RegionSplit = st.Split()
 	status.RegionChange = nil
 	if st.Changing {
-		ch := &v1alpha1.RegionChange{Since: metav1.NewTime(st.Since)}
+		ch := &v1alpha1.RegionChange{Since: metav1.NewMicroTime(st.Since.Truncate(time.Microsecond))}
 		for _, g := range st.Regions {
 			ch.Target = append(ch.Target, v1alpha1.RegionTarget{Name: g.Name, Percent: g.Target, Lowered: g.Lowered})
 		}

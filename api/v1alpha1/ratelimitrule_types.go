@@ -475,9 +475,11 @@ type RegionChange struct {
 	// +required
 	Target []RegionTarget `json:"target"`
 
-	// since is when the lower shares were published.
+	// since is when the lower shares were published (microseconds: the
+	// demand windows that confirm them are shorter than a second in
+	// tests).
 	// +required
-	Since metav1.Time `json:"since"`
+	Since metav1.MicroTime `json:"since"`
 }
 
 // RegionTarget is one region's share at the end of a change.

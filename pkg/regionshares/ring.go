@@ -108,8 +108,10 @@ type Reading struct {
 	// ended within the interval, and the time they cover.
 	Asked float64
 	Span  time.Duration
-	// MaxShare is the largest share of the complete windows that began at
-	// or after the change's since (0: none).
+	// MaxShare is the largest share of the complete windows of the
+	// interval that began at or after the change's since (0: none): once
+	// every gateway of the region decides under the lowered share, the
+	// next interval's windows say so.
 	MaxShare int32
 }
 
@@ -129,7 +131,7 @@ func (rd *Reading) Add(ring Ring, now time.Time, interval time.Duration, since t
 		if w.Index >= first && w.Index < current {
 			rd.Asked += w.Admitted + w.Refused
 		}
-		if !since.IsZero() && w.Index < current && w.Index*wms >= since.UnixMilli() {
+		if !since.IsZero() && w.Index >= first && w.Index < current && w.Index*wms >= since.UnixMilli() {
 			rd.MaxShare = max(rd.MaxShare, w.Share)
 		}
 	}
