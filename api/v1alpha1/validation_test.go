@@ -226,6 +226,19 @@ var _ = Describe("RateLimitRule schema", func() {
 			"spec.quota.timeZone", "must be an IANA time zone name"),
 		Entry("quota time zone Local", set("spec.quota", map[string]any{"limit": int64(10), "period": "Week", "timeZone": "Local"}),
 			"spec.quota.timeZone", "must be an IANA time zone name"),
+		Entry("regionSplit without regions", set("spec.regionSplit", "Fixed"), "spec", "spec.regionSplit needs spec.regions"),
+		Entry("unknown regionSplit", both(set("spec.regionSplit", "Sometimes"), set("spec.regions", []any{
+			map[string]any{"name": "eu", "percent": int64(50)}, map[string]any{"name": "us", "percent": int64(50)}})),
+			"spec.regionSplit", "Unsupported value"),
+		Entry("region floors over 100", set("spec.regions", []any{
+			map[string]any{"name": "eu", "percent": int64(50), "minPercent": int64(60)}, map[string]any{"name": "us", "percent": int64(50), "minPercent": int64(50)}}),
+			"spec.regions", "the minPercent floors must add up to at most 100"),
+		Entry("region floor of zero", set("spec.regions", []any{
+			map[string]any{"name": "eu", "percent": int64(50), "minPercent": int64(0)}, map[string]any{"name": "us", "percent": int64(50)}}),
+			"spec.regions[0].minPercent", "greater than or equal to 1"),
+		Entry("region floor below one token", both(set("spec.capacity", int64(10)), set("spec.regions", []any{
+			map[string]any{"name": "eu", "percent": int64(50), "minPercent": int64(5)}, map[string]any{"name": "us", "percent": int64(50)}})),
+			"spec", "every region's minPercent of spec.capacity must hold at least one token per shard"),
 		Entry("region share of zero", set("spec.regions", []any{
 			map[string]any{"name": "eu", "percent": int64(0)}, map[string]any{"name": "us", "percent": int64(100)}}),
 			"spec.regions[0].percent", "greater than or equal to 1"),
@@ -315,6 +328,10 @@ var _ = Describe("RateLimitRule schema", func() {
 			map[string]any{"clientAddress": map[string]any{"ipv4Prefix": int64(24), "ipv6Prefix": int64(48)}}, map[string]any{"header": map[string]any{"name": "X-Client-Id"}},
 			map[string]any{"method": map[string]any{}}, map[string]any{"path": map[string]any{"segments": int64(16)}}, map[string]any{"claim": map[string]any{"path": "org.id"}})),
 		Entry("shared", set("spec.shared", true)),
+		Entry("regions that follow the traffic, with floors", both(set("spec.regionSplit", "FollowTraffic"), set("spec.regions", []any{
+			map[string]any{"name": "eu", "percent": int64(50), "minPercent": int64(10)}, map[string]any{"name": "us", "percent": int64(50), "minPercent": int64(90)}}))),
+		Entry("fixed regions", both(set("spec.regionSplit", "Fixed"), set("spec.regions", []any{
+			map[string]any{"name": "eu", "percent": int64(70)}, map[string]any{"name": "us", "percent": int64(30)}}))),
 		Entry("targetRef to a Gateway listener", both(unset("spec.route"), set("spec.targetRef", map[string]any{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "public", "sectionName": "https"}))),
 		Entry("targetRef instead of route", both(unset("spec.route"), set("spec.targetRef", map[string]any{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "orders.v2"}))),
 		Entry("targetRef to a GRPCRoute rule", both(unset("spec.route"), set("spec.targetRef", map[string]any{"group": "gateway.networking.k8s.io", "kind": "GRPCRoute", "name": "echo", "sectionName": "unary"}))),
