@@ -1,0 +1,262 @@
+package regions
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+)
+
+// proc is one tollgate process of the test.
+type proc struct {
+	name string
+	args []string
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  string
+	// url: a gateway's proxy; ready: its (or the controller's) readiness.
+	url, ready string
+}
+
+// harness starts the processes and reads the rule.
+type harness struct {
+	t    *testing.T
+	dir  string
+	bin  string
+	k8s  client.Client
+	rule client.ObjectKey
+}
+
+// start runs bin with args, its output in dir/name.log, and waits for
+// ready; it is stopped when the test ends.
+func (h *harness) start(name, ready string, args ...string) *proc {
+	h.t.Helper()
+	p := &proc{name: name, args: args, ready: ready, log: filepath.Join(h.dir, name+".log")}
+	h.launch(p)
+	h.t.Cleanup(func() { h.stop(p) })
+	h.eventually(name+" ready", func() bool { return status(ready) == 200 }, p)
+	return p
+}
+
+func (h *harness) launch(p *proc) {
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	p.done = make(chan struct{})
+	p.cmd = exec.Command(h.bin, p.args...)
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	if err := p.cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	done := p.done
+	go func() { _ = p.cmd.Wait(); f.Close(); close(done) }()
+}
+
+// restart stops p and starts it again with the same arguments.
+func (h *harness) restart(p *proc) {
+	h.t.Helper()
+	h.stop(p)
+	h.launch(p)
+	h.eventually(p.name+" ready again", func() bool { return status(p.ready) == 200 }, p)
+}
+
+func (h *harness) stop(p *proc) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// eventually polls cond for up to a minute, then fails with the logs'
+// tails.
+func (h *harness) eventually(what string, cond func() bool, logs ...*proc) {
+	h.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			var tails []string
+			for _, p := range logs {
+				b, _ := os.ReadFile(p.log)
+				if len(b) > 4000 {
+					b = b[len(b)-4000:]
+				}
+				tails = append(tails, p.name+":\n"+string(b))
+			}
+			h.t.Fatalf("timed out waiting: %s\n%s", what, strings.Join(tails, "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// get reads the rule from the API server.
+func (h *harness) get() *v1alpha1.RateLimitRule {
+	var obj v1alpha1.RateLimitRule
+	if err := h.k8s.Get(context.Background(), h.rule, &obj); err != nil {
+		h.t.Fatal(err)
+	}
+	return &obj
+}
+
+// shares is the rule's shares in force (spec's while status has none).
+func shares(obj *v1alpha1.RateLimitRule) map[string]int32 {
+	out := map[string]int32{}
+	for _, s := range obj.Status.Regions {
+		out[s.Name] = s.Percent
+	}
+	if len(out) == 0 {
+		for _, g := range obj.Spec.Regions {
+			out[g.Name] = g.Percent
+		}
+	}
+	return out
+}
+
+// admission is one request the gateways admitted: sent and answered.
+type admission struct{ sent, answered time.Time }
+
+// load sends requests at a constant rate to gateways of two regions, the
+// share of them for eu set by split (percent), and keeps the admitted.
+type load struct {
+	mu       sync.Mutex
+	admitted []admission
+	sent     int
+	errs     int
+	euPct    int
+}
+
+func (l *load) setSplit(eu int) {
+	l.mu.Lock()
+	l.euPct = eu
+	l.mu.Unlock()
+}
+
+// run sends perSecond requests a second until ctx ends: request i goes to
+// eu when its place in a cycle of 100 falls in eu's share, then round
+// robin over the region's gateways.
+func (l *load) run(ctx context.Context, perSecond int, eu, us []*proc) {
+	tick := time.NewTicker(time.Second / time.Duration(perSecond))
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		l.mu.Lock()
+		gws := us
+		if i%100 < l.euPct {
+			gws = eu
+		}
+		l.sent++
+		l.mu.Unlock()
+		g := gws[i%len(gws)]
+		wg.Go(func() { l.one(client, g) })
+	}
+}
+
+func (l *load) one(c *http.Client, g *proc) {
+	sent := time.Now()
+	req, _ := http.NewRequest(http.MethodGet, g.url+"/orders", nil)
+	req.Header.Set("X-Api-Key", "shop-a")
+	res, err := c.Do(req)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.errs++
+		return
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode == http.StatusOK {
+		l.admitted = append(l.admitted, admission{sent, time.Now()})
+	} else if res.StatusCode != http.StatusTooManyRequests {
+		l.errs++
+	}
+}
+
+// worstWindow is, over every window of length T that starts at an
+// admitted request's send time, the most requests sent in it that were
+// admitted, and the longest time one of them took: each was decided
+// between its send and its answer, so the admitted of a window were
+// decided within T plus that latency.
+func (l *load) worstWindow(T time.Duration, outside func(time.Time) bool) (most int, latency time.Duration) {
+	l.mu.Lock()
+	adm := append([]admission(nil), l.admitted...)
+	l.mu.Unlock()
+	sort.Slice(adm, func(i, j int) bool { return adm[i].sent.Before(adm[j].sent) })
+	j := 0
+	for i := range adm {
+		if !outside(adm[i].sent) {
+			continue
+		}
+		for j < len(adm) && adm[j].sent.Sub(adm[i].sent) <= T {
+			j++
+		}
+		if n := j - i; n > most {
+			most = n
+		}
+		for k := i; k < j; k++ {
+			latency = max(latency, adm[k].answered.Sub(adm[k].sent))
+		}
+	}
+	return most, latency
+}
+
+// duration is the time from the first admitted request to the last.
+func (l *load) duration() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var first, last time.Time
+	for _, a := range l.admitted {
+		if first.IsZero() || a.sent.Before(first) {
+			first = a.sent
+		}
+		if a.sent.After(last) {
+			last = a.sent
+		}
+	}
+	return last.Sub(first)
+}
+
+func status(url string) int {
+	res, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return fmt.Sprintf("127.0.0.1:%d", ln.Addr().(*net.TCPAddr).Port)
+}
