@@ -38,6 +38,12 @@ type Report struct {
 	// Region is this gateway's region when the rule gives it a share.
 	Region        string `json:"region,omitempty"`
 	RegionPercent int32  `json:"regionPercent,omitempty"`
+	// RegionSplit says where RegionPercent comes from: "follows traffic"
+	// (the share in force the region rebalancer published, or spec's
+	// until it has) or "fixed" (spec.regionSplit Fixed); DemandKey is the
+	// ring where this gateway records the region's demand.
+	RegionSplit string `json:"regionSplit,omitempty"`
+	DemandKey   string `json:"demandKey,omitempty"`
 	// Limiter is "redis" or "local" (--limiter=local: no Redis, every
 	// replica enforces 1/N on its own).
 	Limiter string `json:"limiter"`
@@ -222,6 +228,12 @@ func build(ctx context.Context, src Source, tenant, route string) Report {
 	}
 	if src.Snapshot != nil {
 		r.SnapshotVersion = src.Snapshot.Version()
+	}
+	if plan.Region != "" {
+		r.RegionSplit, r.DemandKey = "fixed", plan.Bucket.Demand.Key
+		if plan.Rule.FollowsTraffic() {
+			r.RegionSplit = "follows traffic"
+		}
 	}
 	r.RouteKnown = src.RouteKnown == nil || src.RouteKnown(route)
 	buckets := plan.Shards

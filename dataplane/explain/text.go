@@ -49,7 +49,10 @@ func (t *text) rule(r Report) {
 	}
 	t.p("  snapshot:     version %d", r.SnapshotVersion)
 	if r.Region != "" {
-		t.p("  region:       %s holds %d%% of the rule", r.Region, r.RegionPercent)
+		t.p("  region:       %s holds %d%% of the rule (in force; the split %s)", r.Region, r.RegionPercent, r.RegionSplit)
+		if r.DemandKey != "" {
+			t.p("  demand:       recorded in %s", r.DemandKey)
+		}
 	}
 	t.p("  enforced here: capacity %s, refill %s/s", num(r.Capacity), num(r.RefillPerSecond))
 	t.p("")

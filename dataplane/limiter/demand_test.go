@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,5 +100,42 @@ func TestShrunkShareClampsTokens(t *testing.T) {
 	res, err = r.Take(ctx, b, 1, 1000)
 	if err != nil || res.Granted > 10 {
 		t.Fatalf("a batch after the share shrank got %d tokens, want at most 10", res.Granted)
+	}
+}
+
+// TestChainCountsEveryRequestOnce: through the whole chain (the Cache
+// answering refusals itself, concurrent requests sharing calls), every
+// request's token is counted once in the ring, admitted or refused.
+func TestChainCountsEveryRequestOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newTestChain(t, srv)
+	key := RegionKey("shop-a", "orders", "us")
+	ring := DemandKey(key, "ns/r", "us")
+	b := Bucket{Key: key, Capacity: 3, RefillTokens: 3, RefillPeriodMs: 1000,
+		Demand: Demand{Key: ring, WindowMs: 3600_000, Slots: 2, Percent: 30}}
+	ctx := context.Background()
+	const n = 400
+	admitted := 0
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Go(func() {
+			if d := c.Decide(ctx, b, 1); d.Allowed {
+				mu.Lock()
+				admitted++
+				mu.Unlock()
+			}
+		})
+		if i%20 == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	wg.Wait()
+	// One more call carries the last cached refusals.
+	time.Sleep(400 * time.Millisecond)
+	c.Decide(ctx, b, 1)
+	adm, ref, _ := ringTotals(t, srv.Client(t), ring)
+	if adm+ref != n+1 || int(adm) < admitted {
+		t.Fatalf("ring: %v admitted + %v refused, want %d requests in all (%d admitted)", adm, ref, n+1, admitted)
 	}
 }

@@ -144,6 +144,8 @@ type load struct {
 	sent     int
 	errs     int
 	euPct    int
+	// perGateway counts the requests sent to each gateway.
+	perGateway map[string]int
 }
 
 func (l *load) setSplit(eu int) {
@@ -173,8 +175,12 @@ func (l *load) run(ctx context.Context, perSecond int, eu, us []*proc) {
 			gws = eu
 		}
 		l.sent++
-		l.mu.Unlock()
 		g := gws[i%len(gws)]
+		if l.perGateway == nil {
+			l.perGateway = map[string]int{}
+		}
+		l.perGateway[g.name]++
+		l.mu.Unlock()
 		wg.Go(func() { l.one(client, g) })
 	}
 }

@@ -265,7 +265,7 @@ func checkSeen(t *testing.T, seen []map[string]int32) {
 func checkBound(t *testing.T, l *load, cutFrom, cutTo time.Time) {
 	t.Helper()
 	l.mu.Lock()
-	t.Logf("%d requests sent, %d admitted, %d errors", l.sent, len(l.admitted), l.errs)
+	t.Logf("%d requests sent (%v), %d admitted, %d errors", l.sent, l.perGateway, len(l.admitted), l.errs)
 	l.mu.Unlock()
 	for _, T := range []time.Duration{time.Second, 3 * time.Second, 10 * time.Second, 30 * time.Second, time.Hour} {
 		healthy := func(at time.Time) bool { return at.Add(T+time.Second).Before(cutFrom) || at.After(cutTo.Add(2*time.Second)) }
