@@ -113,6 +113,8 @@ type Reading struct {
 	// every gateway of the region decides under the lowered share, the
 	// next interval's windows say so.
 	MaxShare int32
+	// Rings is the number of rings read (0: the region reports nothing).
+	Rings int
 }
 
 // Add folds ring into the reading for the interval that ends at now
@@ -127,6 +129,7 @@ func (rd *Reading) Add(ring Ring, now time.Time, interval time.Duration, since t
 	first = min(first, current-1)                             // at least one window, for intervals shorter than it
 	span := time.Duration(current-first) * ring.Window
 	rd.Span = max(rd.Span, span)
+	rd.Rings++
 	for _, w := range ring.Windows {
 		if w.Index >= first && w.Index < current {
 			rd.Asked += w.Admitted + w.Refused
@@ -137,12 +140,13 @@ func (rd *Reading) Add(ring Ring, now time.Time, interval time.Duration, since t
 	}
 }
 
-// Observation is the reading as Step takes it: heard when any token was
-// asked for, the rate over the span.
+// Observation is the reading as Step takes it: heard when a ring exists
+// (an interval without tokens is a demand of 0, not silence: traffic comes
+// in bursts), the rate over the span.
 func (rd *Reading) Observation() Observation {
-	o := Observation{Reachable: true, MaxShare: rd.MaxShare}
-	if rd.Asked > 0 && rd.Span > 0 {
-		o.Heard, o.Rate = true, rd.Asked/rd.Span.Seconds()
+	o := Observation{Reachable: true, MaxShare: rd.MaxShare, Heard: rd.Rings > 0}
+	if rd.Span > 0 {
+		o.Rate = rd.Asked / rd.Span.Seconds()
 	}
 	return o
 }

@@ -50,8 +50,12 @@ func TestParseRingAndReading(t *testing.T) {
 	}
 	var quiet Reading
 	quiet.Add(Ring{Window: time.Second}, now, 2*time.Second, time.Time{})
-	if o := quiet.Observation(); o.Heard || !o.Reachable {
-		t.Fatalf("an empty ring: %+v, want reachable, not heard", o)
+	if o := quiet.Observation(); !o.Heard || !o.Reachable || o.Rate != 0 {
+		t.Fatalf("a ring without tokens in the interval: %+v, want heard at 0/s", o)
+	}
+	var none Reading
+	if o := none.Observation(); o.Heard {
+		t.Fatalf("no ring: %+v, want not heard", o)
 	}
 	for _, bad := range []map[string]string{
 		{"0": "1:2:3:4"},              // no window length

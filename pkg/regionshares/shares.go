@@ -138,8 +138,10 @@ type Observation struct {
 	// Reachable: the region's Redis answered. An unreachable region keeps
 	// its share and its demand.
 	Reachable bool
-	// Heard: the region's gateways recorded demand in the interval; Rate
-	// is that demand, tokens asked for (admitted and refused) per second.
+	// Heard: the region's gateways keep a demand ring of the rule (they
+	// decided for it recently); Rate is the demand of the interval, tokens
+	// asked for (admitted and refused) per second, 0 when they decided
+	// nothing in it. A region without a ring reports nothing.
 	Heard bool
 	Rate  float64
 	// MaxShare is the largest share in force that the region's gateways
@@ -216,7 +218,9 @@ func smooth(c *Config, st *State, obs map[string]Observation, now time.Time) {
 		} else {
 			r.Demand, r.Known = o.Rate, true
 		}
-		r.LastHeard = now
+		if o.Rate > 0 {
+			r.LastHeard = now
+		}
 	}
 }
 
@@ -337,7 +341,7 @@ func targets(c *Config, st *State, obs map[string]Observation, now time.Time) ([
 		case !ok || !o.Reachable:
 			out[i] = r.Percent
 			notes = append(notes, r.Name+" unreachable (keeps its share)")
-		case !o.Heard && now.Sub(r.LastHeard) >= c.SilentAfter:
+		case now.Sub(r.LastHeard) >= c.SilentAfter:
 			out[i] = r.floor(c)
 			notes = append(notes, fmt.Sprintf("%s silent since %s (decays to its floor)", r.Name, r.LastHeard.UTC().Format(time.RFC3339)))
 		case !o.Heard || !r.Known:

@@ -154,15 +154,15 @@ func (l *load) setSplit(eu int) {
 	l.mu.Unlock()
 }
 
-// run sends perSecond requests a second until ctx ends: request i goes to
-// eu when its place in a cycle of 100 falls in eu's share, then round
-// robin over the region's gateways.
+// run sends perSecond requests a second until ctx ends: eu's share of
+// them to eu, spread evenly, then round robin over the region's gateways.
 func (l *load) run(ctx context.Context, perSecond int, eu, us []*proc) {
 	tick := time.NewTicker(time.Second / time.Duration(perSecond))
 	defer tick.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	client := &http.Client{Timeout: 10 * time.Second}
+	next := map[*[]*proc]int{} // round robin within each region
 	for i := 0; ; i++ {
 		select {
 		case <-ctx.Done():
@@ -170,12 +170,15 @@ func (l *load) run(ctx context.Context, perSecond int, eu, us []*proc) {
 		case <-tick.C:
 		}
 		l.mu.Lock()
-		gws := us
-		if i%100 < l.euPct {
-			gws = eu
+		// eu's share of requests spread evenly (i's of them whose
+		// multiple of the share crosses a whole), not in runs.
+		gws := &us
+		if (i+1)*l.euPct/100 > i*l.euPct/100 {
+			gws = &eu
 		}
 		l.sent++
-		g := gws[i%len(gws)]
+		g := (*gws)[next[gws]%len(*gws)]
+		next[gws]++
 		if l.perGateway == nil {
 			l.perGateway = map[string]int{}
 		}

@@ -268,7 +268,9 @@ func checkBound(t *testing.T, l *load, cutFrom, cutTo time.Time) {
 	t.Logf("%d requests sent (%v), %d admitted, %d errors", l.sent, l.perGateway, len(l.admitted), l.errs)
 	l.mu.Unlock()
 	for _, T := range []time.Duration{time.Second, 3 * time.Second, 10 * time.Second, 30 * time.Second, time.Hour} {
-		healthy := func(at time.Time) bool { return at.Add(T+time.Second).Before(cutFrom) || at.After(cutTo.Add(2*time.Second)) }
+		healthy := func(at time.Time) bool {
+			return at.Add(T+time.Second).Before(cutFrom) || at.After(cutTo.Add(2*time.Second))
+		}
 		most, lat := l.worstWindow(T, healthy)
 		span := min(T, l.duration()) // the whole run for T = 1h
 		bound := float64(capacity) + rate*(span+lat).Seconds()

@@ -5,6 +5,9 @@ so a bad combination fails at install time with a readable message instead of
 a crash-looping pod. Included once, from gateway-deployment.yaml.
 */}}
 {{- define "tollgate.validate" -}}
+{{- if and .Values.controller.regions.rebalance (not .Values.controller.regions.redis) }}
+{{- fail "controller.regions.redis must name each region's Redis (region: host:port) when controller.regions.rebalance is true" }}
+{{- end }}
 {{- $r := .Values.redis }}
 {{- if and (eq $r.mode "standalone") (ne (len $r.addrs) 1) }}
 {{- fail (printf "redis.addrs: standalone mode takes exactly one address, got %d (use redis.mode sentinel or cluster for several)" (len $r.addrs)) }}
