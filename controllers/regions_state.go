@@ -24,9 +24,7 @@ func (r *Rebalancer) step(ctx context.Context, obj *v1alpha1.RateLimitRule, d *d
 	res := regionshares.Step(r.opts.Shares, st, d.of(src, obj.Spec.Regions), now)
 	for _, g := range res.State.Regions {
 		regionShare.WithLabelValues(src, g.Name).Set(float64(g.Percent))
-		if g.Known {
-			regionDemand.WithLabelValues(src, g.Name).Set(g.Demand)
-		}
+		regionDemand.WithLabelValues(src, g.Name).Set(g.Demand) // 0 until measured
 	}
 	orig := obj.DeepCopy()
 	writeState(&obj.Status, &res.State)

@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/controllers/gatewayapi"
 	"github.com/tollgate-dev/tollgate/internal/version"
+	"github.com/tollgate-dev/tollgate/pkg/regionshares"
 	"github.com/tollgate-dev/tollgate/pkg/routetable"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
@@ -221,10 +222,16 @@ func setupRebalancer(mgr ctrl.Manager, o RegionOptions) error {
 		return nil
 	}
 	clients := make(map[string]redis.UniversalClient, len(o.Redis))
+	// Every series from the start, at 0, so that a rate shows no change
+	// rather than no data.
+	for _, kind := range []string{regionshares.Lowered.String(), regionshares.Raised.String()} {
+		regionChanges.WithLabelValues(kind)
+	}
 	for region, addr := range o.Redis {
 		if !snapshot.ValidRegion(region) {
 			return fmt.Errorf("--region-redis: region %q: 1 to 32 characters of a-z, 0-9 and '-'", region)
 		}
+		regionReadFailures.WithLabelValues(region)
 		clients[region] = redis.NewClient(&redis.Options{Addr: addr, DialTimeout: o.ReadTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.ReadTimeout})
 	}
 	rb := NewRebalancer(RebalancerConfig{

@@ -298,6 +298,14 @@ func dashboardAndAlerts() {
 		loser.Spec.Capacity = 4
 		Expect(k8s.Create(ctx, loser)).To(Succeed())
 		DeferCleanup(func() { _ = k8s.Delete(context.Background(), loser) })
+		// A rule split between regions, whose shares the rebalancer keeps
+		// (the Regions row).
+		split := rule.DeepCopy()
+		split.ObjectMeta = metav1.ObjectMeta{Name: "dashboard-regions", Namespace: "default"}
+		split.Spec.Tenant = "dash-regions"
+		split.Spec.Regions = []v1alpha1.RegionShare{{Name: "eu", Percent: 50}, {Name: "us", Percent: 50}}
+		Expect(k8s.Create(ctx, split)).To(Succeed())
+		DeferCleanup(func() { _ = k8s.Delete(context.Background(), split) })
 		for _, g := range gateways {
 			for range 5 {
 				Expect(send(g, "GET", "/orders", "dash").status).To(BeElementOf(200, 429))

@@ -250,7 +250,12 @@ func startController() *proc {
 	probe := freePort()
 	p := startProc("controller", binary, "controller", "--kubeconfig", kubeconfig, "--snapshot-namespace", namespace,
 		"--leader-elect=false", "--gateway-api", "--gateway-h2c", "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort()),
-		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probe), "--log-level", "debug")
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probe), "--log-level", "debug",
+		// The region rebalancer, for the dashboard's Regions row: eu is the
+		// suite's Redis, us an address nothing listens on (an unreachable
+		// region).
+		"--region-rebalance", "--region-interval", "1s", "--region-read-timeout", "200ms",
+		"--region-redis", fmt.Sprintf("eu=%s,us=127.0.0.1:%d", redisSrv.addr(), freePort()))
 	Eventually(func() int { return httpStatus(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe)) }, 30*time.Second).Should(Equal(200), p.logTail)
 	return p
 }
