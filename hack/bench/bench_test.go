@@ -75,6 +75,8 @@ func TestQuickRunProducesReport(t *testing.T) {
 		t.Error("accuracy: want 4 cases (healthy, prefetch, slow, outage) x 3 instance counts")
 	case res.Outage == nil || res.Outage.During == nil || res.Outage.During.Sent == 0:
 		t.Error("outage: no traffic during the outage")
+	case res.Regions == nil || len(res.Regions.Shift) != 2 || len(res.Regions.Overhead) != 2 || res.Regions.Overhead[0].Decisions == 0:
+		t.Error("regions: want the static and adaptive runs and both overhead modes")
 	case res.Propagation == nil || res.Propagation.Changes != 3:
 		t.Error("propagation: want three changes")
 	case res.Scale == nil || res.Scale.RedisBytesPerBkt <= 0 || res.Scale.RSS <= 0 || res.Scale.PublishSeconds <= 0:
@@ -118,7 +120,7 @@ func TestQuickRunProducesReport(t *testing.T) {
 		t.Error("no target checks")
 	}
 	report := readFile(filepath.Join(out, "report.md"))
-	for _, want := range []string{"## Targets", "## 1. Added latency", "## 7. Memory and scale", "## 9. Limits beyond the token bucket", "## 11. HTTP/2 and gRPC", ".png)",
+	for _, want := range []string{"## Targets", "## 1. Added latency", "## 7. Memory and scale", "## 9. Limits beyond the token bucket", "## 11. HTTP/2 and gRPC", "## 12. Region shares that follow the traffic", ".png)",
 		"## 10. Scale-out on a Redis Cluster", "max/mean master CPU", "The Cluster's operations under load", "One gateway's limiter at steady rates",
 		"Without shards the hot tenant's master does", "Redis Cluster scaling, decisions per Redis CPU-second"} {
 		if !strings.Contains(report, want) {

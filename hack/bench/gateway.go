@@ -18,7 +18,10 @@ type gatewaySpec struct {
 	name string
 	// rules is a RateLimitRule manifest (standalone mode); empty means
 	// Kubernetes mode (kubeconfig and namespace then required).
-	rules      string
+	rules string
+	// rulesFile, when set, is a manifest file the gateway reads (and
+	// polls) as it is, shared with whoever rewrites it.
+	rulesFile  string
 	redisAddr  string
 	kubeconfig string
 	namespace  string
@@ -133,7 +136,9 @@ func (s gatewaySpec) sourceArgs(dir string) ([]string, error) {
 	if s.redisAddr != "" {
 		args = append(args, "--redis-addr", s.redisAddr)
 	}
-	if s.rules != "" {
+	if s.rulesFile != "" {
+		args = append(args, "--rules", s.rulesFile)
+	} else if s.rules != "" {
 		rules := filepath.Join(dir, "rules.yaml")
 		if err := os.WriteFile(rules, []byte(s.rules), 0o644); err != nil {
 			return nil, err

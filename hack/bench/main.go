@@ -43,6 +43,7 @@ var scenarios = []struct {
 	{"rls", (*harness).scenarioRLS, false},
 	{"limits", (*harness).scenarioLimits, false},
 	{"http2", (*harness).scenarioHTTP2, false},
+	{"regions", (*harness).scenarioRegions, false},
 	{"scale-out", (*harness).scenarioScaleOut, true},
 }
 

@@ -55,6 +55,13 @@ type plan struct {
 	RLSBusy    float64       `json:"rlsBusy"` // a share of the batched mode's closed-loop calls per second; 0: no busy pass
 	RLSDur     time.Duration `json:"rlsDurationNs"`
 
+	// 12. Regions: how long the shifted load runs in each split mode;
+	// the rate and rounds (each mode once per round) of the demand
+	// recording's overhead.
+	RegionsShiftDur time.Duration `json:"regionsShiftDurationNs"`
+	RegionsRate     int           `json:"regionsRate"`
+	RegionsRounds   int           `json:"regionsRounds"`
+
 	// 9. Limits: a steady rate the machine sustains with every limit, so
 	// that the rows compare costs, not queues.
 	LimitsRate int           `json:"limitsRate"`
@@ -132,6 +139,10 @@ func newPlan(quick bool) plan {
 
 		HTTP2Rate: 2000,
 		HTTP2Dur:  8 * time.Second,
+
+		RegionsShiftDur: 40 * time.Second,
+		RegionsRate:     1000,
+		RegionsRounds:   3,
 	}
 	if quick {
 		// Quick mode checks the harness, not the machine: low rates, so
@@ -167,6 +178,9 @@ func newPlan(quick bool) plan {
 		p.ScaleOutHold = 150 * time.Millisecond
 		p.SteadyRates = []int{200, 400, 800}
 		p.SteadyDur = time.Second
+		p.RegionsShiftDur = 6 * time.Second
+		p.RegionsRate = 250
+		p.RegionsRounds = 1
 		p.HTTP2Rate = 250
 		p.HTTP2Dur = time.Second
 	}

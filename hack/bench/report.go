@@ -161,6 +161,7 @@ func (h *harness) markdown() string {
 	h.mdLimits(&m)
 	h.mdScaleOut(&m)
 	h.mdHTTP2(&m)
+	h.mdRegions(&m)
 	return m.String()
 }
 
@@ -464,4 +465,30 @@ func (h *harness) mdHTTP2(m *md) {
 		rows = append(rows, []string{x.Name, x.About, f3(x.P50), f3(x.P99), fmt.Sprintf("%d of %d", x.Bad, x.Sent), f1(x.CPUPerRequest), vs})
 	}
 	m.table([]string{"row", "what", "p50 ms", "p99 ms", "bad", "CPU µs/request", "CPU vs"}, rows)
+}
+
+func (h *harness) mdRegions(m *md) {
+	r := h.res.Regions
+	if r == nil || len(r.Shift) < 2 || len(r.Overhead) < 2 {
+		return
+	}
+	m.section("12. Region shares that follow the traffic (baseline: the static split)", "Two regions, each a redis-server and a gateway (`--region`), rule %s. The load moved to %d req/s in eu and %d in us (the rule's rate in all) for %s: under the static split (`regionSplit: Fixed`), then with the region rebalancer (in this process, every 1 s, step 20, smoothing 0.7, confirmation bound 3 s) rewriting the rules file both gateways poll. Served: the requests answered 200.",
+		r.Rule, regionsEU, regionsUS, h.plan.RegionsShiftDur)
+	var rows [][]string
+	for _, x := range r.Shift {
+		vs := "baseline"
+		if x.Mode == "adaptive" {
+			vs = xr(r.ServedRatio)
+		}
+		rows = append(rows, []string{x.Mode, fmt.Sprint(x.Sent), fmt.Sprint(x.Served), f1(x.PerSecond), fmt.Sprint(x.ServedEU), fmt.Sprint(x.ServedUS), x.Split, vs})
+	}
+	m.table([]string{"split", "sent", "served", "served/s", "served in eu", "served in us", "shares in force at the end", "served vs static"}, rows)
+	m.para("What recording the demand costs a decision (target: no extra round trip, < 5 %% CPU per decision): two gateways of region eu on one redis-server, a rule split between regions that never refuses, %d req/s of one tenant for %s per mode and round, %d round(s), the modes in turn; one gateway records demand (`--region-demand-window 250ms`), the other not (`0s`). Round trips from the gateway's counters, script calls from Redis's `INFO commandstats`.",
+		h.plan.RegionsRate, h.plan.CostDur, h.plan.RegionsRounds)
+	rows = nil
+	for _, x := range r.Overhead {
+		rows = append(rows, []string{x.Mode, fmt.Sprintf("%.0f", x.Decisions), fmt.Sprintf("%.4f", x.RoundTripsPerDec), fmt.Sprintf("%.4f", x.ServerCallsPerDec), f1(x.CPUPerDecision), f1(x.RedisCPUPerDecision)})
+	}
+	m.table([]string{"mode", "decisions", "round trips/decision", "script calls/decision (Redis)", "gateway CPU µs/decision", "redis-server CPU µs/decision"}, rows)
+	m.para("Recording vs not: gateway CPU per decision %s, redis-server CPU per decision %s.", xr(r.CPURatio), xr(r.RedisCPURatio))
 }

@@ -23,6 +23,7 @@ type Results struct {
 	Limits      *LimitsResult      `json:"limits,omitempty"`
 	ScaleOut    *ScaleOutResult    `json:"scaleOut,omitempty"`
 	HTTP2       *HTTP2Result       `json:"http2,omitempty"`
+	Regions     *RegionsResult     `json:"regions,omitempty"`
 	Targets     []TargetCheck      `json:"targets"`
 	Errors      map[string]string  `json:"errors,omitempty"`
 }
@@ -340,4 +341,45 @@ type RLSRun struct {
 	RedisCPUPerDecision float64     `json:"redisCpuMicrosPerDecision"`
 	VsFloor             float64     `json:"vsFloor,omitempty"` // CPU per decision over the floor's per call
 	Profile             *RLSProfile `json:"profile,omitempty"`
+}
+
+// RegionsResult is scenario 12: region shares that follow the traffic.
+type RegionsResult struct {
+	Rule string `json:"rule"`
+	// Shift: the same load moved to 90/10 under the static split and with
+	// the rebalancer.
+	Shift []RegionsShiftRun `json:"shift"`
+	// ServedRatio is the adaptive run's served requests over the static
+	// run's.
+	ServedRatio float64 `json:"servedRatio"`
+	// Overhead: decisions with and without demand recording, same run.
+	Overhead []RegionsCostRun `json:"overhead"`
+	// CPURatio is the gateway CPU per decision with recording over
+	// without; RedisCPURatio the same for redis-server.
+	CPURatio      float64 `json:"cpuRatio"`
+	RedisCPURatio float64 `json:"redisCpuRatio"`
+}
+
+// RegionsShiftRun is one split mode under the shifted load.
+type RegionsShiftRun struct {
+	Mode      string  `json:"mode"` // static or adaptive
+	Seconds   float64 `json:"seconds"`
+	Sent      int     `json:"sent"`
+	Served    int     `json:"served"`
+	ServedEU  int     `json:"servedEU"`
+	ServedUS  int     `json:"servedUS"`
+	PerSecond float64 `json:"servedPerSecond"`
+	// Split is the shares in force at the end.
+	Split string `json:"split"`
+}
+
+// RegionsCostRun is one mode of the demand recording's overhead, over
+// every round.
+type RegionsCostRun struct {
+	Mode                string  `json:"mode"` // "recording demand" or "not recording"
+	Decisions           float64 `json:"decisions"`
+	RoundTripsPerDec    float64 `json:"roundTripsPerDecision"`
+	ServerCallsPerDec   float64 `json:"serverScriptCallsPerDecision"`
+	CPUPerDecision      float64 `json:"gatewayCpuUsPerDecision"`
+	RedisCPUPerDecision float64 `json:"redisCpuUsPerDecision"`
 }
