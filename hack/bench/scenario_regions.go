@@ -105,13 +105,7 @@ func (h *harness) regionsShift(ctx context.Context, adaptive bool) (*RegionsShif
 		gws[region] = gw
 	}
 	if adaptive {
-		rb := controllers.NewRebalancer(controllers.RebalancerConfig{Store: store, Regions: clients, Log: logr.Discard(),
-			Options: controllers.RegionOptions{Enabled: true, Interval: time.Second, ReadTimeout: time.Second,
-				Shares: regionshares.Config{MaxStep: 20, Smoothing: 0.7, ConfirmWithin: 3 * time.Second}}})
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); _ = rb.Start(rctx) }()
-		defer func() { cancel(); <-done }()
+		defer startRebalancer(ctx, store, clients)()
 	}
 	var wg sync.WaitGroup
 	results := map[string]*loadResult{}
@@ -141,6 +135,19 @@ func (h *harness) regionsShift(ctx context.Context, adaptive bool) (*RegionsShif
 		}
 	}
 	return run, nil
+}
+
+// startRebalancer runs a region rebalancer on store and clients (every
+// 1 s, step 20, smoothing 0.7, confirmation bound 3 s) until the function
+// it returns is called.
+func startRebalancer(ctx context.Context, store controllers.RuleStore, clients map[string]redis.UniversalClient) (stop func()) {
+	rb := controllers.NewRebalancer(controllers.RebalancerConfig{Store: store, Regions: clients, Log: logr.Discard(),
+		Options: controllers.RegionOptions{Enabled: true, Interval: time.Second, ReadTimeout: time.Second,
+			Shares: regionshares.Config{MaxStep: 20, Smoothing: 0.7, ConfirmWithin: 3 * time.Second}}})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = rb.Start(rctx) }()
+	return func() { cancel(); <-done }
 }
 
 // regionsOverhead measures decisions with and without demand recording:
