@@ -89,8 +89,8 @@
 -- in KEYS[1]'s slot. The ring is a hash of ARGV[20] fields "0".."n-1",
 -- one per window of ARGV[19] ms (the window number modulo n), each
 -- "<window>:<admitted>:<refused>:<share>", a field of an older window
--- being reset when its slot comes round again, and the field "w" (the
--- window, for readers). Its expiry is set when a window starts: twice the
+-- being reset when its slot comes round again, and the fields "w" (the
+-- window) and "n" (the slots), for readers. Its expiry is set when a window starts: twice the
 -- ring. Fixed size per rule, region and tag; no extra round trip.
 -- ARGV[19] window (ms)      length of a window
 -- ARGV[20] slots            windows in the ring
@@ -242,7 +242,7 @@ local function demand(admitted, refused)
   if w and tonumber(w) == win then
     a, r, s = tonumber(oa), tonumber(orf), tonumber(os)
   else
-    redis.call('HSET', dkey, 'w', dwin)
+    redis.call('HSET', dkey, 'w', dwin, 'n', slots)
     redis.call('PEXPIRE', dkey, ms(2 * dwin * slots))
   end
   a = a + admitted

@@ -9,7 +9,8 @@ import (
 
 // The demand ring, as lua/token_bucket.lua writes it: the hash
 // rd:{<tag>}:<rule>@<region>, its fields "0".."n-1" one window each,
-// "<window>:<admitted>:<refused>:<share>", and "w", the window in ms.
+// "<window>:<admitted>:<refused>:<share>", "w", the window in ms, and
+// "n", the number of windows.
 
 // KeyPrefix starts every demand ring's key; a SCAN of KeyPrefix+"*"
 // finds them all.
@@ -48,9 +49,11 @@ type Window struct {
 	Share             int32
 }
 
-// Ring is one ring's windows (any order) and their length.
+// Ring is one ring's windows (any order), their length and how many the
+// ring holds (0: unknown).
 type Ring struct {
 	Window  time.Duration
+	Slots   int64
 	Windows []Window
 }
 
@@ -59,6 +62,14 @@ type Ring struct {
 func ParseRing(fields map[string]string) (Ring, error) {
 	var r Ring
 	for k, v := range fields {
+		if k == "n" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1 {
+				return Ring{}, fmt.Errorf("demand ring: slots %q", v)
+			}
+			r.Slots = n
+			continue
+		}
 		if k == "w" {
 			ms, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || ms <= 0 {
@@ -127,6 +138,10 @@ func (rd *Reading) Add(ring Ring, now time.Time, interval time.Duration, since t
 	current := now.UnixMilli() / wms
 	first := (now.Add(-interval).UnixMilli() + wms - 1) / wms // the first window that began within the interval
 	first = min(first, current-1)                             // at least one window, for intervals shorter than it
+	if ring.Slots > 1 {
+		// An interval longer than the ring: the windows it still holds.
+		first = max(first, current-ring.Slots+1)
+	}
 	span := time.Duration(current-first) * ring.Window
 	rd.Span = max(rd.Span, span)
 	rd.Rings++

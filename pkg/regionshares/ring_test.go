@@ -29,6 +29,7 @@ func TestParseRingAndReading(t *testing.T) {
 	// 1 s windows; Redis time 100.5 s: window 100 is filling.
 	ring, err := ParseRing(map[string]string{
 		"w": "1000",
+		"n": "10",
 		"0": "100:50:0:50",   // current: not counted
 		"9": "99:3:7:50",     // complete
 		"8": "98:1.5:0.5:30", // complete
@@ -47,6 +48,15 @@ func TestParseRingAndReading(t *testing.T) {
 	o := rd.Observation()
 	if !o.Heard || o.Rate != 6 || !o.Reachable {
 		t.Fatalf("observation %+v, want heard at 6/s", o)
+	}
+	// An interval longer than a ring of 3 windows: the rate over the two
+	// complete windows it holds, not over the interval.
+	short := ring
+	short.Slots = 3
+	var capped Reading
+	capped.Add(short, now, time.Minute, time.Time{})
+	if capped.Asked != 12 || capped.Span != 2*time.Second {
+		t.Fatalf("a ring shorter than the interval: %+v, want 12 tokens over 2s", capped)
 	}
 	var quiet Reading
 	quiet.Add(Ring{Window: time.Second}, now, 2*time.Second, time.Time{})
