@@ -52,6 +52,31 @@ var targets = []target{
 	{what: "rate limit service CPU per decision", threshold: "≤ 1.4× a bare grpc-go server's per call", extract: rlsVsFloor, optional: true},
 	{what: "Redis Cluster scaling, decisions per Redis CPU-second at 6 masters ÷ at 3", threshold: "≥ 0.9", extract: scalingEfficiency, optional: true},
 	{what: "max/mean master load", threshold: "≤ 1.3", extract: masterBalance, optional: true},
+	{what: "region demand recording: round trips per decision", threshold: "no more than without", extract: demandRoundTrips, optional: true},
+	{what: "region demand recording: gateway CPU per decision", threshold: "< 1.05× without", extract: demandCPU, optional: true},
+}
+
+// demandRoundTrips: recording region demand adds no round trip (the
+// script call that decides records it).
+func demandRoundTrips(h *harness) []measured {
+	r := h.res.Regions
+	if r == nil || len(r.Overhead) < 2 {
+		return nil
+	}
+	on, off := r.Overhead[0], r.Overhead[1]
+	return []measured{{value: fmt.Sprintf("%.4f vs %.4f", on.RoundTripsPerDec, off.RoundTripsPerDec),
+		met: on.RoundTripsPerDec <= off.RoundTripsPerDec+0.001, judged: true}}
+}
+
+// demandCPU: what recording region demand costs the gateway per decision,
+// against a gateway that does not record, in the same run.
+func demandCPU(h *harness) []measured {
+	r := h.res.Regions
+	if r == nil || r.CPURatio == 0 {
+		return nil
+	}
+	return []measured{{value: fmt.Sprintf("%.3f× (redis-server %.3f×)", r.CPURatio, r.RedisCPURatio),
+		met: r.CPURatio < 1.05, judged: h.judging(), note: quickNote(h)}}
 }
 
 // judging reports whether the run's speed figures can be judged: a full
