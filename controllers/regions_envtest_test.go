@@ -64,9 +64,9 @@ var _ = Describe("Region rebalancer", func() {
 			}
 			g.Expect(rb.Pass(ctx)).To(Succeed())
 			obj := f.get(g, rule)
-			g.Expect(obj.Status.RegionSplit).To(Equal("eu=50 us=30"), "us lowered first")
+			g.Expect(obj.Status.RegionSplit).To(Equal("eu=50 us=30"), "us lowered first; status %+v", obj.Status.Regions)
 			g.Expect(obj.Status.RegionChange).NotTo(BeNil())
-		}, 30*time.Second).Should(Succeed())
+		}, 60*time.Second).Should(Succeed())
 
 		Eventually(func(g Gomega) {
 			r := f.snapshot(g).Lookup("shop-a", "orders")
