@@ -56,12 +56,25 @@ var _ = Describe("Region rebalancer", func() {
 				Shares: regionshares.Config{MaxStep: 20, Smoothing: 1, ConfirmWithin: time.Hour}},
 		})
 		src := f.ns + "/split"
-		Eventually(func(g Gomega) {
-			for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); {
-				asksFor(GinkgoT(), rcs["eu"], src, "eu", 50, 9)
-				asksFor(GinkgoT(), rcs["us"], src, "us", 50, 1)
-				time.Sleep(10 * time.Millisecond)
+		// The gateways' traffic, all along (a pass reads the interval
+		// that ends when it reads each region).
+		stopTraffic := make(chan struct{})
+		trafficDone := make(chan struct{})
+		go func() {
+			defer close(trafficDone)
+			for {
+				select {
+				case <-stopTraffic:
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+				_ = asksFor(rcs["eu"], src, "eu", 50, 9)
+				_ = asksFor(rcs["us"], src, "us", 50, 1)
 			}
+		}()
+		DeferCleanup(func() { close(stopTraffic); <-trafficDone })
+		Eventually(func(g Gomega) {
+			time.Sleep(500 * time.Millisecond) // an interval of traffic
 			g.Expect(rb.Pass(ctx)).To(Succeed())
 			obj := f.get(g, rule)
 			g.Expect(obj.Status.RegionSplit).To(Equal("eu=50 us=30"), "us lowered first; status %+v", obj.Status.Regions)

@@ -74,29 +74,26 @@ func splitRule() v1alpha1.RateLimitRule {
 
 // asks records demand in region's Redis as a gateway would: n requests of
 // one token at the share in force.
-func asks(t interface {
-	Helper()
-	Fatal(...any)
-}, rc *redis.Client, region string, percent int32, n int) {
+func asks(t *testing.T, rc *redis.Client, region string, percent int32, n int) {
 	t.Helper()
-	asksFor(t, rc, "ns/r", region, percent, n)
+	if err := asksFor(rc, "ns/r", region, percent, n); err != nil {
+		t.Fatal(err)
+	}
 }
 
-// asksFor is asks for the rule src.
-func asksFor(t interface {
-	Helper()
-	Fatal(...any)
-}, rc *redis.Client, src, region string, percent int32, n int) {
-	t.Helper()
+// asksFor is asks for the rule src, with its error returned (it runs in
+// goroutines too).
+func asksFor(rc *redis.Client, src, region string, percent int32, n int) error {
 	key := limiter.RegionKey("shop-a", "orders", region)
 	b := limiter.Bucket{Key: key, Capacity: float64(percent), RefillTokens: 10 * int64(percent), RefillPeriodMs: 100_000,
 		Demand: limiter.Demand{Key: limiter.DemandKey(key, src, region), WindowMs: 50, Slots: 40, Percent: int64(percent)}}
 	r := limiter.NewRedis(rc)
 	for i := 0; i < n; i++ {
 		if _, err := r.Take(context.Background(), b, 1, 1); err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
+	return nil
 }
 
 // TestRebalancerFollowsDemand: two regions' Redis, demand 90/10; each pass
