@@ -177,7 +177,7 @@ func (h *harness) gateway(name, region, redisAddr, kubeconfig, routes string) *p
 		"--routes", routes, "--redis-addr", redisAddr, "--listen", listen, "--admin-listen", admin, "--identity", "header-is-tenant",
 		// Each region's gateways count each other (its own release, in a
 		// cluster): the fallback's 1/N is of the region's share.
-		"--pod-name", name, "--membership-group", "gw-" + region, "--lease-duration", "3s", "--region", region, "--region-demand-window", "200ms", "--region-demand-slots", "20",
+		"--pod-name", name, "--membership-group", "gw-"+region, "--lease-duration", "3s", "--region", region, "--region-demand-window", "200ms", "--region-demand-slots", "20",
 		// A deadline a loaded machine keeps: the count must come from
 		// Redis, not from the local fallback, outside the cut-off.
 		"--redis-timeout", "200ms", "--shutdown-grace", "1s")
