@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/dataplane/explain"
+	"github.com/tollgate-dev/tollgate/dataplane/gateway"
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 )
 
@@ -79,6 +80,38 @@ spec: {tenant: acme, route: list-orders, capacity: 5, refill: {tokens: 1, period
 	} {
 		if _, err := runExplain(t, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("explain %v: error %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+// TestExplainShowsShareInForce: for a rule whose region shares follow the
+// traffic, explain shows the share in force (the rebalancer's, in status),
+// not spec's starting split, and the ring the gateway records demand in.
+func TestExplainShowsShareInForce(t *testing.T) {
+	srv := redistest.Start(t)
+	gw := newTestSite(t, `apiVersion: ratelimit.tollgate.dev/v1alpha1
+kind: RateLimitRule
+metadata: {name: acme-orders, namespace: shop}
+spec:
+  tenant: acme
+  route: list-orders
+  capacity: 100
+  refillPerSecond: 10
+  regions: [{name: eu, percent: 50}, {name: us, percent: 50}]
+status:
+  regions: [{name: eu, percent: 80}, {name: us, percent: 20}]
+`).start(t, srv.Addr(), func(o *gateway.Options) { o.Region = "eu" })
+	out, err := runExplain(t, "--tenant", "acme", "--route", "list-orders", "--admin", gw.AdminAddr())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"region:       eu holds 80% of the rule (in force; the split follows traffic)",
+		"demand:       recorded in rd:{acme}:shop/acme-orders@eu",
+		"rl:{acme}:list-orders@eu  capacity 80",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
 }
