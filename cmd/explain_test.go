@@ -107,7 +107,7 @@ status:
 	}
 	for _, want := range []string{
 		"region:       eu holds 80% of the rule (in force; the split follows traffic)",
-		"demand:       recorded in rd:{acme}:shop/acme-orders@eu",
+		"demand:       recorded in rd:{shop/acme-orders}:shop/acme-orders@eu", // one ring per rule outside a Cluster
 		"rl:{acme}:list-orders@eu  capacity 80",
 	} {
 		if !strings.Contains(out, want) {

@@ -13,9 +13,9 @@ import (
 
 // TestDemandOnlyForRulesThatFollowTraffic: the engine records demand for a
 // rule split between regions whose shares follow the traffic, in its
-// region's ring (a sharded rule's in each shard's own, in the shard's
-// slot); a Fixed rule, a region the rule does not list and a gateway with
-// recording off write no ring.
+// region's ring: the rule's one ring outside a Cluster, else one in each
+// bucket's slot (a sharded rule's in each shard's); a Fixed rule, a region
+// the rule does not list and a gateway with recording off write no ring.
 func TestDemandOnlyForRulesThatFollowTraffic(t *testing.T) {
 	split := snapshot.Rule{Tenant: "*", Route: "*", Capacity: 100, RefillTokens: 10, RefillPeriodMs: 1000, Source: "ns/r",
 		Regions: []snapshot.RegionShare{{Name: "eu", Percent: 70}, {Name: "us", Percent: 30}}}
@@ -32,6 +32,7 @@ func TestDemandOnlyForRulesThatFollowTraffic(t *testing.T) {
 	}{
 		{"follows the traffic", split, "eu", on, []string{regionshares.DemandKey("t", "ns/r", "eu")}},
 		{"sharded", sharded, "eu", on, []string{limiter.DemandKey(limiter.ShardKey("t", "r", "eu", 0), "ns/r", "eu"), limiter.DemandKey(limiter.ShardKey("t", "r", "eu", 1), "ns/r", "eu")}},
+		{"one ring per rule (not a Cluster)", sharded, "eu", decision.DemandOptions{WindowMs: 60_000, PerRule: true}, []string{regionshares.DemandKey("ns/r", "ns/r", "eu")}},
 		{"fixed", fixed, "eu", on, nil},
 		{"region not listed", split, "ap", on, nil},
 		{"recording off", split, "eu", decision.DemandOptions{}, nil},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/dataplane/limiter"
+	"github.com/tollgate-dev/tollgate/pkg/regionshares"
 	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
@@ -102,6 +103,11 @@ type Options struct {
 // lua/token_bucket.lua): Slots windows of WindowMs each.
 type DemandOptions struct {
 	WindowMs, Slots int64
+	// PerRule keeps one ring per rule and region (standalone Redis and
+	// Sentinel: one server holds every key); false, one per bucket's
+	// Redis Cluster slot (the tenant's), which a script call must share
+	// with its bucket.
+	PerRule bool
 }
 
 // DefaultDemandSlots is the ring's windows when DemandOptions.Slots is 0.
@@ -251,7 +257,10 @@ func (e *Engine) bucketAt(base string, rule *snapshot.Rule) (limiter.Bucket, str
 		b.RefillTokens, b.RefillPeriodMs = rule.RegionRefill(region)
 		if d := e.opts.Demand; d.WindowMs > 0 && rule.FollowsTraffic() && rule.Source != "" {
 			b.Demand = limiter.Demand{Key: limiter.DemandKey(b.Key, rule.Source, region),
-				WindowMs: d.WindowMs, Slots: d.slots(), Percent: int64(pct)}
+				WindowMs: d.WindowMs, Slots: d.slots(), Percent: int64(pct), PerRule: d.PerRule}
+			if d.PerRule {
+				b.Demand.Key = regionshares.DemandKey(rule.Source, rule.Source, region)
+			}
 		}
 	}
 	b.Quota = e.quota(base, region, rule)
@@ -295,7 +304,7 @@ func shardBucket(b limiter.Bucket, base, region string, i, n int) limiter.Bucket
 	sb.RefillPeriodMs = b.RefillPeriodMs * int64(n)
 	sb.Shards, sb.WholeKey = n, b.Key
 	sb.Key = limiter.ShardKeyOf(base, region, i)
-	if sb.Demand.Key != "" {
+	if sb.Demand.Key != "" && !sb.Demand.PerRule {
 		// The shard's own ring, in the shard's slot.
 		sb.Demand.Key = sb.Demand.ForKey(sb.Key)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/tollgate-dev/tollgate/dataplane/membership"
 	"github.com/tollgate-dev/tollgate/dataplane/metrics"
 	"github.com/tollgate-dev/tollgate/dataplane/proxy"
+	"github.com/tollgate-dev/tollgate/dataplane/redisconf"
 	"github.com/tollgate-dev/tollgate/dataplane/rls"
 	"github.com/tollgate-dev/tollgate/dataplane/routes"
 	"github.com/tollgate-dev/tollgate/dataplane/routing"
@@ -111,7 +112,10 @@ func New(opts Options, log logr.Logger) (*Gateway, error) {
 	g.engine = decision.New(decision.Options{
 		Rules: g.store, Limiter: g.chain, Region: opts.Region, Replicas: g.members.Replicas,
 		Clock: opts.Clock, QuotaShift: opts.quotaShift, Observe: g.support.top.Observe, Stacked: g.metrics.ObserveStacked,
-		Demand: decision.DemandOptions{WindowMs: opts.RegionDemandWindow.Milliseconds(), Slots: int64(opts.RegionDemandSlots)},
+		Demand: decision.DemandOptions{WindowMs: opts.RegionDemandWindow.Milliseconds(), Slots: int64(opts.RegionDemandSlots),
+			// Outside a Cluster one ring per rule and region, whatever the
+			// tenants: a fixed size per rule.
+			PerRule: opts.Redis.Mode != redisconf.ModeCluster},
 	})
 	if err := g.buildProxy(); err != nil {
 		return nil, err

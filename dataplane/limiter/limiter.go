@@ -277,6 +277,9 @@ type Demand struct {
 	// empty-bucket answers) since its last call of the bucket; the Cache
 	// sets it.
 	Refused int64
+	// PerRule: Key is the rule's one ring in the region (not a Redis
+	// Cluster: no slot to share with the bucket), the same for its shards.
+	PerRule bool
 }
 
 // DemandKey is the demand ring of rule (its source, "namespace/name") in
