@@ -159,3 +159,51 @@ func TestRebalancerFollowsDemand(t *testing.T) {
 		t.Fatalf("unreachable us: %v → %v, want its share kept", before, after)
 	}
 }
+
+// TestReadRegionInACluster: in a Redis Cluster each bucket slot has its
+// own ring (the tenant's); a pass reads every master's and adds up the
+// rule's rings.
+func TestReadRegionInACluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	cc := c.Client(t)
+	r := limiter.NewRedis(cc)
+	ctx := context.Background()
+	tenants := []string{"a", "b", "c", "d", "e", "f"}
+	for _, tenant := range tenants {
+		key := limiter.RegionKey(tenant, "orders", "eu")
+		b := limiter.Bucket{Key: key, Capacity: 1000, RefillTokens: 1000, RefillPeriodMs: 1000,
+			Demand: limiter.Demand{Key: limiter.DemandKey(key, "ns/r", "eu"), WindowMs: 3_600_000, Slots: 4, Percent: 50}}
+		for range 5 {
+			if _, err := r.Take(ctx, b, 1, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The windows are an hour: read them as complete from an hour on.
+	var asked float64
+	var mu sync.Mutex // the masters are scanned concurrently
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		return scanRings(ctx, m, func(key string, fields map[string]string) {
+			ring, err := regionshares.ParseRing(fields)
+			if err != nil {
+				t.Errorf("%s: %v", key, err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, w := range ring.Windows {
+				asked += w.Admitted + w.Refused
+			}
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asked != float64(5*len(tenants)) {
+		t.Fatalf("the rings of every master hold %v tokens, want %d", asked, 5*len(tenants))
+	}
+	readings, err := readRegion(ctx, cc, "eu", time.Minute, nil)
+	if err != nil || readings["ns/r"] == nil || readings["ns/r"].Rings != len(tenants) {
+		t.Fatalf("readRegion: %+v %v, want the rule's %d rings", readings, err, len(tenants))
+	}
+}
