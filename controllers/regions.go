@@ -3,7 +3,9 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -25,6 +27,11 @@ type RegionOptions struct {
 	// Redis maps each region to the address of its Redis (host:port), read
 	// off the request path.
 	Redis map[string]string
+	// Username and PasswordFile authenticate to every region's Redis (an
+	// ACL user that may SCAN, HGETALL and TIME is enough); without the
+	// file the TOLLGATE_REGION_REDIS_PASSWORD environment variable is
+	// used.
+	Username, PasswordFile string
 	// Interval between two passes. Default 1m.
 	Interval time.Duration
 	// ReadTimeout bounds the reading of one region's Redis in a pass; a
@@ -39,6 +46,8 @@ func (o *RegionOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Enabled, "region-rebalance", false,
 		"Run the region rebalancer (in the elected leader): the shares of rules split between regions (spec.regions, regionSplit FollowTraffic) follow the demand the gateways record in each region's Redis (docs/regions.md).")
 	fs.StringToStringVar(&o.Redis, "region-redis", nil, "With --region-rebalance: each region's Redis, region=host:port, comma-separated (eu=redis.eu:6379,us=redis.us:6379).")
+	fs.StringVar(&o.Username, "region-redis-username", "", "With --region-rebalance: the ACL user for every region's Redis (it needs SCAN, HGETALL and TIME); empty: the default user.")
+	fs.StringVar(&o.PasswordFile, "region-redis-password-file", "", "With --region-rebalance: a file holding the password of every region's Redis; empty: the "+RegionPasswordEnv+" environment variable.")
 	fs.DurationVar(&o.Interval, "region-interval", time.Minute, "With --region-rebalance: the time between two passes of the rebalancer.")
 	fs.DurationVar(&o.ReadTimeout, "region-read-timeout", 5*time.Second, "With --region-rebalance: the longest a pass reads one region's Redis; a region that takes longer keeps its share.")
 	fs.Int32Var(&o.Shares.Floor, "region-floor", regionshares.DefaultFloor, "With --region-rebalance: the least share of a region in percent, unless its rule sets spec.regions[].minPercent.")
@@ -48,6 +57,22 @@ func (o *RegionOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Shares.SilentAfter, "region-silent-after", regionshares.DefaultSilentAfter, "With --region-rebalance: a region whose gateways report no demand for this long decays to its floor.")
 	fs.DurationVar(&o.Shares.ConfirmWithin, "region-confirm-within", regionshares.DefaultConfirmWithin,
 		"With --region-rebalance: the longest a change waits for every lowered region's gateways to confirm the lower share before the growing regions get theirs (covers a region that cannot be reached; at least the gateways' snapshot propagation time).")
+}
+
+// RegionPasswordEnv holds the regions' Redis password without
+// --region-redis-password-file.
+const RegionPasswordEnv = "TOLLGATE_REGION_REDIS_PASSWORD"
+
+// password is the regions' Redis password.
+func (o *RegionOptions) password() (string, error) {
+	if o.PasswordFile == "" {
+		return os.Getenv(RegionPasswordEnv), nil
+	}
+	b, err := os.ReadFile(o.PasswordFile)
+	if err != nil {
+		return "", fmt.Errorf("reading --region-redis-password-file: %w", err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
 }
 
 // Validate checks the options.

@@ -221,6 +221,10 @@ func setupRebalancer(mgr ctrl.Manager, o RegionOptions) error {
 	if !o.Enabled {
 		return nil
 	}
+	password, err := o.password()
+	if err != nil {
+		return err
+	}
 	clients := make(map[string]redis.UniversalClient, len(o.Redis))
 	// Every series from the start, at 0, so that a rate shows no change
 	// rather than no data.
@@ -232,7 +236,8 @@ func setupRebalancer(mgr ctrl.Manager, o RegionOptions) error {
 			return fmt.Errorf("--region-redis: region %q: 1 to 32 characters of a-z, 0-9 and '-'", region)
 		}
 		regionReadFailures.WithLabelValues(region)
-		clients[region] = redis.NewClient(&redis.Options{Addr: addr, DialTimeout: o.ReadTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.ReadTimeout})
+		clients[region] = redis.NewClient(&redis.Options{Addr: addr, Username: o.Username, Password: password,
+			DialTimeout: o.ReadTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.ReadTimeout})
 	}
 	rb := NewRebalancer(RebalancerConfig{
 		Store: kubeRules{client: mgr.GetClient()}, Regions: clients, Options: o,
