@@ -2,6 +2,9 @@ package controllers
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -205,5 +208,46 @@ func TestReadRegionInACluster(t *testing.T) {
 	readings, err := readRegion(ctx, cc, "eu", time.Minute, nil)
 	if err != nil || readings["ns/r"] == nil || readings["ns/r"].Rings != len(tenants) {
 		t.Fatalf("readRegion: %+v %v, want the rule's %d rings", readings, err, len(tenants))
+	}
+}
+
+// TestRegionOptions: the flags' checks name the flag; the password comes
+// from the file, else the environment.
+func TestRegionOptions(t *testing.T) {
+	ok := RegionOptions{Enabled: true, Redis: map[string]string{"eu": "h:1"}, Interval: time.Second,
+		Shares: regionshares.Config{Floor: 5, MaxStep: 20, Smoothing: 0.5, Hysteresis: 3}}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		mutate func(*RegionOptions)
+		want   string
+	}{
+		{func(o *RegionOptions) { o.Redis = nil }, "--region-redis"},
+		{func(o *RegionOptions) { o.Interval = time.Millisecond }, "--region-interval"},
+		{func(o *RegionOptions) { o.Shares.Floor = 60 }, "--region-floor"},
+		{func(o *RegionOptions) { o.Shares.MaxStep = 0 }, "--region-max-step"},
+		{func(o *RegionOptions) { o.Shares.Smoothing = 1.5 }, "--region-smoothing"},
+		{func(o *RegionOptions) { o.Shares.Hysteresis = 0 }, "--region-hysteresis"},
+	} {
+		o := ok
+		c.mutate(&o)
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("error %v, want it to name %s", err, c.want)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(file, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := ok
+	o.PasswordFile = file
+	if p, err := o.password(); err != nil || p != "s3cret" {
+		t.Fatalf("password from the file: %q %v", p, err)
+	}
+	t.Setenv(RegionPasswordEnv, "from-env")
+	o.PasswordFile = ""
+	if p, err := o.password(); err != nil || p != "from-env" {
+		t.Fatalf("password from the environment: %q %v", p, err)
 	}
 }
