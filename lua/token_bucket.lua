@@ -73,13 +73,6 @@
 --                           or B and not over), whatever this call decides
 -- ARGV[18] shift (ms)       added to Redis's time for the quota only; tests
 --                           move the calendar with it, gateways send 0
--- ARGV[19] dry              "1": decide without taking (the first pass of
---                           token_bucket_stack.lua, which takes only when
---                           every bucket of a stack admits): granted is
---                           what the call would take, and the tokens,
---                           remaining and wait are the bucket's untaken.
---                           Only for a take without a quota. Absent or
---                           "": take.
 --
 -- Region demand (optional: with ARGV[19] absent or empty nothing is
 -- recorded; gateways set it for rules split between regions whose shares
@@ -105,6 +98,14 @@
 -- ARGV[23] refused before   tokens the gateway refused on its own since its
 --                           last call of the bucket (its empty-bucket
 --                           cache), counted as refused here
+--
+-- ARGV[24] dry              "1": decide without taking (the first pass of
+--                           token_bucket_stack.lua, which takes only when
+--                           every bucket of a stack admits): granted is
+--                           what the call would take, and the tokens,
+--                           remaining and wait are the bucket's untaken.
+--                           Only for a take without a quota. Absent or
+--                           "": take.
 --
 -- Returns {granted, remaining, wait_ms, reset_ms, now_ms, tokens_lo,
 -- tokens_hi, stored_ms}, and with a quota {..., quota_remaining,
@@ -173,7 +174,7 @@ local cost = tonumber(ARGV[4]) / unit
 local want = tonumber(ARGV[5]) / unit
 local deadline = tonumber(ARGV[6]) or 0
 local debt_floor = tonumber(ARGV[10] or '')
-local dry = ARGV[19] == '1'
+local dry = ARGV[24] == '1'
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -46,7 +46,7 @@ local function bucket(i, dry, deadline)
   local a = at(i)
   local cost = ARGV[a + 4]
   return {KEYS[2 * i - 1], KEYS[2 * i]},
-    {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], cost, cost, deadline, '1', ARGV[a + 5], ARGV[3], [19] = dry}
+    {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], cost, cost, deadline, '1', ARGV[a + 5], ARGV[3], [24] = dry}
 end
 
 local replies, refused = {}, 0
