@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"sort"
@@ -16,7 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/internal/lib/certpool"
 	"github.com/tollgate-dev/tollgate/pkg/regionshares"
+	"github.com/tollgate-dev/tollgate/pkg/snapshot"
 )
 
 // RegionOptions configure the region rebalancer (docs/regions.md): off
@@ -32,6 +35,15 @@ type RegionOptions struct {
 	// file the TOLLGATE_REGION_REDIS_PASSWORD environment variable is
 	// used.
 	Username, PasswordFile string
+	// Mode is how every region's Redis is deployed: standalone (the
+	// address is the server) or cluster (the address is one node; the
+	// pass reads every master). Default standalone.
+	Mode string
+	// TLS connects to every region's Redis over TLS, verified against the
+	// CA certificates in TLSCAFile (default: the system's roots) for
+	// TLSServerName (default: the address's host).
+	TLS                      bool
+	TLSCAFile, TLSServerName string
 	// Interval between two passes. Default 1m.
 	Interval time.Duration
 	// ReadTimeout bounds the reading of one region's Redis in a pass; a
@@ -48,6 +60,10 @@ func (o *RegionOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringToStringVar(&o.Redis, "region-redis", nil, "With --region-rebalance: each region's Redis, region=host:port, comma-separated (eu=redis.eu:6379,us=redis.us:6379).")
 	fs.StringVar(&o.Username, "region-redis-username", "", "With --region-rebalance: the ACL user for every region's Redis (it needs SCAN, HGETALL and TIME); empty: the default user.")
 	fs.StringVar(&o.PasswordFile, "region-redis-password-file", "", "With --region-rebalance: a file holding the password of every region's Redis; empty: the "+RegionPasswordEnv+" environment variable.")
+	fs.StringVar(&o.Mode, "region-redis-mode", regionStandalone, "With --region-rebalance: how every region's Redis is deployed: standalone, or cluster (each --region-redis address is one node of the region's Redis Cluster; a pass reads every master).")
+	fs.BoolVar(&o.TLS, "region-redis-tls", false, "With --region-rebalance: connect to every region's Redis over TLS.")
+	fs.StringVar(&o.TLSCAFile, "region-redis-tls-ca-file", "", "With --region-redis-tls: PEM file of the CA certificates that sign the regions' Redis certificates. Default: the system's roots.")
+	fs.StringVar(&o.TLSServerName, "region-redis-tls-server-name", "", "With --region-redis-tls: the server name to verify in every region's Redis certificate. Default: the host of its address.")
 	fs.DurationVar(&o.Interval, "region-interval", time.Minute, "With --region-rebalance: the time between two passes of the rebalancer.")
 	fs.DurationVar(&o.ReadTimeout, "region-read-timeout", 5*time.Second, "With --region-rebalance: the longest a pass reads one region's Redis; a region that takes longer keeps its share.")
 	fs.Int32Var(&o.Shares.Floor, "region-floor", regionshares.DefaultFloor, "With --region-rebalance: the least share of a region in percent, unless its rule sets spec.regions[].minPercent.")
@@ -75,6 +91,44 @@ func (o *RegionOptions) password() (string, error) {
 	return strings.TrimRight(string(b), "\r\n"), nil
 }
 
+// The deployments --region-redis-mode names.
+const (
+	regionStandalone = "standalone"
+	regionCluster    = "cluster"
+)
+
+// clients connects to every region's Redis (nothing is dialled before the
+// first pass), with the options' user, password, mode and TLS.
+func (o *RegionOptions) clients() (map[string]redis.UniversalClient, error) {
+	password, err := o.password()
+	if err != nil {
+		return nil, err
+	}
+	var tlsConfig *tls.Config
+	if o.TLS {
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.TLSServerName}
+		if o.TLSCAFile != "" {
+			if tlsConfig.RootCAs, err = certpool.Load("--region-redis-tls-ca-file", o.TLSCAFile); err != nil {
+				return nil, err
+			}
+		}
+	}
+	clients := make(map[string]redis.UniversalClient, len(o.Redis))
+	for region, addr := range o.Redis {
+		if !snapshot.ValidRegion(region) {
+			return nil, fmt.Errorf("--region-redis: region %q: 1 to 32 characters of a-z, 0-9 and '-'", region)
+		}
+		u := &redis.UniversalOptions{Addrs: []string{addr}, Username: o.Username, Password: password, TLSConfig: tlsConfig,
+			DialTimeout: o.ReadTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.ReadTimeout, Protocol: 2, DisableIdentity: true}
+		if o.Mode == regionCluster {
+			clients[region] = redis.NewClusterClient(u.Cluster())
+		} else {
+			clients[region] = redis.NewClient(u.Simple())
+		}
+	}
+	return clients, nil
+}
+
 // Validate checks the options.
 func (o *RegionOptions) Validate() error {
 	if !o.Enabled {
@@ -83,6 +137,10 @@ func (o *RegionOptions) Validate() error {
 	switch {
 	case len(o.Redis) == 0:
 		return fmt.Errorf("--region-rebalance needs --region-redis (the Redis of each region)")
+	case o.Mode != "" && o.Mode != regionStandalone && o.Mode != regionCluster:
+		return fmt.Errorf("--region-redis-mode %q: want standalone or cluster", o.Mode)
+	case !o.TLS && (o.TLSCAFile != "" || o.TLSServerName != ""):
+		return fmt.Errorf("--region-redis-tls-ca-file and --region-redis-tls-server-name need --region-redis-tls")
 	case o.Interval < 100*time.Millisecond:
 		return fmt.Errorf("--region-interval must be at least 100ms")
 	case o.Shares.Floor < 1 || o.Shares.Floor > 50:

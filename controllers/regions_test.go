@@ -229,6 +229,8 @@ func TestRegionOptions(t *testing.T) {
 		{func(o *RegionOptions) { o.Shares.MaxStep = 0 }, "--region-max-step"},
 		{func(o *RegionOptions) { o.Shares.Smoothing = 1.5 }, "--region-smoothing"},
 		{func(o *RegionOptions) { o.Shares.Hysteresis = 0 }, "--region-hysteresis"},
+		{func(o *RegionOptions) { o.Mode = "sentinel" }, "--region-redis-mode"},
+		{func(o *RegionOptions) { o.TLSCAFile = "ca.crt" }, "--region-redis-tls"},
 	} {
 		o := ok
 		c.mutate(&o)

@@ -221,23 +221,17 @@ func setupRebalancer(mgr ctrl.Manager, o RegionOptions) error {
 	if !o.Enabled {
 		return nil
 	}
-	password, err := o.password()
+	clients, err := o.clients()
 	if err != nil {
 		return err
 	}
-	clients := make(map[string]redis.UniversalClient, len(o.Redis))
 	// Every series from the start, at 0, so that a rate shows no change
 	// rather than no data.
 	for _, kind := range []string{regionshares.Lowered.String(), regionshares.Raised.String()} {
 		regionChanges.WithLabelValues(kind)
 	}
-	for region, addr := range o.Redis {
-		if !snapshot.ValidRegion(region) {
-			return fmt.Errorf("--region-redis: region %q: 1 to 32 characters of a-z, 0-9 and '-'", region)
-		}
+	for region := range clients {
 		regionReadFailures.WithLabelValues(region)
-		clients[region] = redis.NewClient(&redis.Options{Addr: addr, Username: o.Username, Password: password,
-			DialTimeout: o.ReadTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.ReadTimeout})
 	}
 	rb := NewRebalancer(RebalancerConfig{
 		Store: kubeRules{client: mgr.GetClient()}, Regions: clients, Options: o,

@@ -656,3 +656,53 @@ func TestValuesYAMLIsValidYAML(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestChartRegionRebalancer: controller.regions turns the rebalancer on
+// with every region's Redis as the values say (a Cluster over TLS, the CA
+// from its Secret mounted where --region-redis-tls-ca-file points, the
+// password from its Secret); by default the controller has none of it.
+func TestChartRegionRebalancer(t *testing.T) {
+	if args := containerArgs(t, decode(t, mustTemplate(t, valueSets[0])), "tollgate-controller", "controller"); slices.ContainsFunc(args, func(a string) bool {
+		return strings.HasPrefix(a, "--region")
+	}) {
+		t.Errorf("the default controller has region flags: %v", args)
+	}
+	objs := decode(t, mustTemplate(t, valueSets[1]))
+	args := containerArgs(t, objs, "edge-tollgate-controller", "controller")
+	for flag, want := range map[string]string{
+		"region-redis":                 "eu-west=redis.eu-west.example:6379,us-east=redis.us-east.example:6379",
+		"region-redis-mode":            "cluster",
+		"region-redis-username":        "rebalancer",
+		"region-redis-tls-ca-file":     "/etc/tollgate/region-redis-tls/ca.crt",
+		"region-redis-tls-server-name": "redis.regions.example",
+		"region-interval":              "30s",
+	} {
+		if got, ok := flagValue(args, flag); !ok || got != want {
+			t.Errorf("--%s = %q (%v), want %q", flag, got, ok, want)
+		}
+	}
+	for _, flag := range []string{"--region-rebalance", "--region-redis-tls"} {
+		if !slices.Contains(args, flag) {
+			t.Errorf("controller args lack %s: %v", flag, args)
+		}
+	}
+	d := find(objs, "Deployment", "edge-tollgate-controller")
+	spec := get(d, "spec", "template", "spec")
+	var mounted bool
+	for _, v := range list(spec, "volumes") {
+		if str(v, "name") == "region-redis-tls-ca" && str(v, "secret", "secretName") == "region-redis-ca" {
+			mounted = true
+		}
+	}
+	var at string
+	for _, c := range containers(spec.(map[string]any)) {
+		for _, m := range list(c, "volumeMounts") {
+			if str(m, "name") == "region-redis-tls-ca" {
+				at = str(m, "mountPath")
+			}
+		}
+	}
+	if !mounted || at != "/etc/tollgate/region-redis-tls" {
+		t.Errorf("the regions' CA Secret: volume %v, mounted at %q", mounted, at)
+	}
+}
