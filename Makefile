@@ -108,7 +108,7 @@ bench-report: bench ## Full benchmark, then its report into BENCHMARKS.md and it
 	sed 's|](\([a-z0-9-]*\.png\))|](docs/bench/\1)|' .bench/report.md > BENCHMARKS.md
 
 .PHONY: bench-quick
-bench-quick: ## Every benchmark scenario briefly (1-2 min): checks the harness.
+bench-quick: ## Every benchmark scenario briefly (2-3 min): checks the harness.
 	go run ./hack/bench -quick -out .bench/quick
 
 $(CONTROLLER_GEN):
