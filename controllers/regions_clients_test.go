@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,19 +26,11 @@ import (
 // a wrong CA fails the read.
 func TestRegionClients(t *testing.T) {
 	dir := t.TempDir()
-	certPEM, keyPEM := certtest.New("redis", "localhost")
-	crt, key := filepath.Join(dir, "redis.crt"), filepath.Join(dir, "redis.key")
-	for p, data := range map[string][]byte{crt: certPEM, key: keyPEM} {
-		if err := os.WriteFile(p, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tlsPort := freeTCPPort(t)
-	redistest.Start(t, redistest.WithArgs(
-		"--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", crt, "--tls-key-file", key,
-		"--tls-ca-cert-file", crt, "--tls-auth-clients", "no",
-		"--user", "rebalancer", "on", ">s3cret", "~*", "+@all"))
-	euAddr := net.JoinHostPort("localhost", strconv.Itoa(tlsPort))
+	tlsSrv := redistest.StartTLS(t, "--user", "rebalancer", "on", ">s3cret", "~*", "+@all")
+	crt := tlsSrv.CertFile
+	// The certificate names localhost.
+	_, port, _ := net.SplitHostPort(tlsSrv.Addr)
+	euAddr := net.JoinHostPort("localhost", port)
 	us := redistest.StartCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -109,15 +100,4 @@ func TestRegionClients(t *testing.T) {
 	if _, err := euOpts.clients(); err == nil || !strings.Contains(err.Error(), "--region-redis-tls-ca-file") {
 		t.Fatalf("a missing CA file: %v, want an error naming --region-redis-tls-ca-file", err)
 	}
-}
-
-// freeTCPPort is a port nothing listens on now.
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -8,8 +8,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,7 +17,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-dev/tollgate/internal/testutil/certtest"
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 )
 
@@ -203,23 +200,12 @@ func TestDirectOnlyForOneServer(t *testing.T) {
 // authenticates as an ACL user and selects the client's database, as
 // go-redis does; a wrong password fails the call with Redis's refusal.
 func TestPipeTLSACLAndDatabase(t *testing.T) {
-	dir := t.TempDir()
-	certPEM, keyPEM := certtest.New("redis", "localhost")
-	crt, key := filepath.Join(dir, "redis.crt"), filepath.Join(dir, "redis.key")
-	for p, data := range map[string][]byte{crt: certPEM, key: keyPEM} {
-		if err := os.WriteFile(p, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tlsPort := freePort(t)
-	srv := redistest.Start(t, redistest.WithArgs(
-		"--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", crt, "--tls-key-file", key,
-		"--tls-ca-cert-file", crt, "--tls-auth-clients", "no",
-		"--user", "gateway", "on", ">s3cret", "~*", "+@all"))
+	srv := redistest.StartTLS(t, "--user", "gateway", "on", ">s3cret", "~*", "+@all")
+	certPEM := srv.CertPEM
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(certPEM)
 	client := func(password string) *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort)),
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr,
 			Username: "gateway", Password: password, DB: 3, Protocol: 2, DisableIdentity: true,
 			TLSConfig: &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}})
 		t.Cleanup(func() { _ = c.Close() })
