@@ -111,7 +111,9 @@ func (e *Engine) decideTogether(ctx context.Context, st *Stacked, costs []int64)
 	ws := make([]limiter.Want, len(st.Limits))
 	for i, l := range st.Limits {
 		b, region := e.bucketAt(l.Key, l.Rule)
-		if region != "" || l.Rule.Shards > 1 || b.Quota.Key != "" || e.batch(l.Rule, b) > 0 {
+		// What the bucket alone does not say (a region share, shards,
+		// prefetch); the limiter's oneCall checks the rest (a quota, ...).
+		if region != "" || l.Rule.Shards > 1 || e.batch(l.Rule, b) > 0 {
 			return false
 		}
 		ws[i] = limiter.Want{Bucket: b, Cost: costs[i], Shadow: l.Rule.Shadow}
