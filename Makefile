@@ -97,19 +97,24 @@ bench-publish: ## Controller snapshot publish time at 20,000 and 100,000 rules.
 	go test -run '^$$' -bench Publish -benchtime 3x ./controllers/
 
 .PHONY: bench
-bench: ## Benchmark report (about 11 min): .bench/report.md, results.json, plots; a summary of the targets at the end.
+bench: ## Benchmark report of the default scenarios (about 12 min): .bench/report.md, results.json, plots; a summary of the targets at the end.
 	@# nginx is only a reference: without it the report says it was skipped.
 	-bash hack/install-deps.sh nginx
 	go run ./hack/bench -out .bench
 
+.PHONY: bench-all
+bench-all: ## Every scenario, http2, regions and scale-out too (about 18 min): .bench/report.md, results.json, plots.
+	-bash hack/install-deps.sh nginx
+	go run ./hack/bench -all -out .bench
+
 .PHONY: bench-report
-bench-report: bench ## Full benchmark, then its report into BENCHMARKS.md and its plots into docs/bench/.
+bench-report: bench-all ## Every scenario, then its report into BENCHMARKS.md and its plots into docs/bench/.
 	mkdir -p docs/bench && cp .bench/*.png docs/bench/
 	sed 's|](\([a-z0-9-]*\.png\))|](docs/bench/\1)|' .bench/report.md > BENCHMARKS.md
 
 .PHONY: bench-quick
-bench-quick: ## Every benchmark scenario briefly (2-3 min): checks the harness.
-	go run ./hack/bench -quick -out .bench/quick
+bench-quick: ## Every benchmark scenario briefly (about 3 min): checks the harness.
+	go run ./hack/bench -quick -all -out .bench/quick
 
 $(CONTROLLER_GEN):
 	GOBIN=$(LOCALBIN) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)

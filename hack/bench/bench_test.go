@@ -34,7 +34,7 @@ func TestQuickRunProducesReport(t *testing.T) {
 		t.Fatalf("redis-server is needed (hack/install-deps.sh installs it): %v", err)
 	}
 	out := t.TempDir()
-	cfg, err := parseFlags([]string{"-quick", "-scale-out", "-out", out})
+	cfg, err := parseFlags([]string{"-quick", "-all", "-out", out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestQuickRunProducesReport(t *testing.T) {
 	case res.Limits == nil || len(res.Limits.Kinds) != len(limitKinds):
 		t.Error("limits: want every rule kind")
 	}
-	checkScaleOut(t, res.ScaleOut)
+	checkScaleOut(t, res.ScaleOut, newPlan(true))
 	if l := res.Limits; l != nil {
 		for _, k := range l.Kinds {
 			// Requests were sent, and decided in Redis.
@@ -122,7 +122,7 @@ func TestQuickRunProducesReport(t *testing.T) {
 	report := readFile(filepath.Join(out, "report.md"))
 	for _, want := range []string{"## Targets", "## 1. Added latency", "## 7. Memory and scale", "## 9. Limits beyond the token bucket", "## 11. HTTP/2 and gRPC", "## 12. Region shares that follow the traffic", ".png)",
 		"## 10. Scale-out on a Redis Cluster", "max/mean master CPU", "The Cluster's operations under load", "One gateway's limiter at steady rates",
-		"Without shards the hot tenant's master does", "Redis Cluster scaling, decisions per Redis CPU-second"} {
+		"Without shards the hot tenant's master does", "Redis Cluster scaling, decisions per Redis CPU-second", "**Scaling efficiency**"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report.md lacks %q", want)
 		}
@@ -149,18 +149,22 @@ func TestQuickRunProducesReport(t *testing.T) {
 }
 
 // checkScaleOut checks that the scale-out scenario measured every row:
-// three passes (3 and 6 masters with shards, 3 without) with each master's
-// figures, the operations' windows and moved tenants, the steady rates.
-func checkScaleOut(t *testing.T, r *ScaleOutResult) {
+// the passes of soPasses (3 and 6 masters with shards at the rate, 3 at the
+// rate per master of 6, in every round, then 3 without shards) with each
+// master's figures, the operations' windows and moved tenants, the steady
+// rates.
+func checkScaleOut(t *testing.T, r *ScaleOutResult, p plan) {
 	t.Helper()
-	if r == nil || len(r.Passes) != 3 || r.Ops == nil || len(r.Steady) != 3 {
-		t.Fatalf("scale-out: want three passes, the operations and three steady rates, got %+v", r)
+	want := soPasses(p)
+	if r == nil || len(r.Passes) != len(want) || len(want) != 3*p.ScaleOutRounds+1 || r.Ops == nil || len(r.Steady) != 3 {
+		t.Fatalf("scale-out: want %d passes, the operations and three steady rates, got %+v", 3*p.ScaleOutRounds+1, r)
 	}
 	for i, p := range r.Passes {
-		if want := []int{3, 6, 3}[i]; p.Masters != want || len(p.MastersDetail) != want || p.Shards != (i < 2) {
-			t.Errorf("scale-out pass %d: %d masters (%d detailed), shards %v", i, p.Masters, len(p.MastersDetail), p.Shards)
+		w := want[i]
+		if p.Masters != w.masters || len(p.MastersDetail) != w.masters || p.Shards != w.shards || p.Rate != w.rate || p.Round != w.round {
+			t.Errorf("scale-out pass %d: %d masters (%d detailed), shards %v, %d/s, round %d; want %+v", i, p.Masters, len(p.MastersDetail), p.Shards, p.Rate, p.Round, w)
 		}
-		if p.Decisions == 0 || p.Exact == 0 || p.HotExact == 0 || p.ScriptCallsPerDec <= 0 || p.RedisCPUPer1000 <= 0 || p.MaxMeanCPU < 1 || p.BytesPerBucket <= 0 {
+		if p.Decisions == 0 || p.Exact == 0 || p.HotExact == 0 || p.ScriptCallsPerDec <= 0 || p.RedisCPUPer1000 <= 0 || p.RedisCPUSeconds <= 0 || p.MaxMeanCPU < 1 || p.BytesPerBucket <= 0 {
 			t.Errorf("scale-out %s: missing figures %+v", p.Name, p)
 		}
 		for _, m := range p.MastersDetail {
@@ -169,7 +173,7 @@ func checkScaleOut(t *testing.T, r *ScaleOutResult) {
 			}
 		}
 	}
-	if r.Passes[2].HotMaster == "" {
+	if last := r.Passes[len(r.Passes)-1]; last.HotMaster == "" {
 		t.Error("scale-out: the pass without shards names no hot master")
 	}
 	if o := r.Ops; len(o.Steps) != 4 || len(o.Tenants) != 3 || o.Decisions == 0 || o.Exact == 0 {
@@ -182,26 +186,45 @@ func checkScaleOut(t *testing.T, r *ScaleOutResult) {
 	}
 }
 
-// TestScaleOutIsOptIn: the default run leaves the scale-out scenario out;
-// -scale-out or -scenarios adds it.
-func TestScaleOutIsOptIn(t *testing.T) {
+// TestOptInScenarios: the default run leaves http2, regions and scale-out
+// out; -scenarios names them, -all adds every one, -scale-out adds only
+// scale-out, and no scenario runs twice.
+func TestOptInScenarios(t *testing.T) {
+	optIn := []string{"http2", "regions", "scale-out"}
 	for _, x := range []struct {
 		args []string
-		want bool
-	}{{nil, false}, {[]string{"-scale-out"}, true}, {[]string{"-scenarios", "scale-out"}, true}, {[]string{"-scenarios", "scale-out", "-scale-out"}, true}} {
+		want []string // of optIn
+	}{
+		{nil, nil},
+		{[]string{"-scale-out"}, []string{"scale-out"}},
+		{[]string{"-scenarios", "scale-out"}, []string{"scale-out"}},
+		{[]string{"-scenarios", "scale-out", "-scale-out"}, []string{"scale-out"}},
+		{[]string{"-scenarios", "http2,latency"}, []string{"http2"}},
+		{[]string{"-all"}, optIn},
+		{[]string{"-all", "-scale-out"}, optIn},
+		{[]string{"-all", "-scenarios", "latency"}, optIn},
+	} {
 		cfg, err := parseFlags(x.args)
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := 0
-		for _, s := range cfg.scenarios {
-			if s == "scale-out" {
-				n++
+		for _, name := range optIn {
+			n := 0
+			for _, s := range cfg.scenarios {
+				if s == name {
+					n++
+				}
+			}
+			if want := contains(x.want, name); (n == 1) != want || n > 1 {
+				t.Errorf("%q: %s %d times in %v", x.args, name, n, cfg.scenarios)
 			}
 		}
-		if (n == 1) != x.want || n > 1 {
-			t.Errorf("%q: scale-out %d times in %v", x.args, n, cfg.scenarios)
+		if contains(x.args, "-all") && len(cfg.scenarios) != len(scenarioNames) {
+			t.Errorf("%q: %v, want every scenario %v", x.args, cfg.scenarios, scenarioNames)
 		}
+	}
+	if d := defaultScenarios; len(d) == 0 || contains(d, "http2") || contains(d, "regions") || contains(d, "scale-out") {
+		t.Errorf("default scenarios %v", d)
 	}
 }
 

@@ -29,8 +29,9 @@ import (
 var scenarios = []struct {
 	name string
 	run  func(*harness, context.Context) error
-	// optIn scenarios run only when named (-scenarios) or asked for by
-	// their flag (-scale-out): the default run stays near ten minutes.
+	// optIn scenarios run only when named (-scenarios), with -all, or
+	// (scale-out) with -scale-out: the default run stays under twelve
+	// minutes.
 	optIn bool
 }{
 	{"latency", (*harness).scenarioLatency, false},
@@ -42,8 +43,8 @@ var scenarios = []struct {
 	{"scale", (*harness).scenarioScale, false},
 	{"rls", (*harness).scenarioRLS, false},
 	{"limits", (*harness).scenarioLimits, false},
-	{"http2", (*harness).scenarioHTTP2, false},
-	{"regions", (*harness).scenarioRegions, false},
+	{"http2", (*harness).scenarioHTTP2, true},
+	{"regions", (*harness).scenarioRegions, true},
 	{"scale-out", (*harness).scenarioScaleOut, true},
 }
 
@@ -82,22 +83,23 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&cfg.quick, "quick", false, "Run every scenario briefly (about two minutes): checks the harness, not the machine.")
 	fs.StringVar(&cfg.out, "out", ".bench", "Directory for results.json, report.md, the plots and the processes' logs.")
 	fs.StringVar(&cfg.tollgate, "tollgate", "", "Use this tollgate binary instead of building bin/tollgate (with the flags of make build).")
-	fs.StringVar(&only, "scenarios", strings.Join(defaultScenarios, ","), "Comma-separated scenarios to run: "+strings.Join(scenarioNames, ", ")+" (scale-out only when named, or with -scale-out).")
+	fs.StringVar(&only, "scenarios", strings.Join(defaultScenarios, ","), "Comma-separated scenarios to run: "+strings.Join(scenarioNames, ", ")+" (http2, regions and scale-out only when named, or with -all; scale-out also with -scale-out).")
 	scaleOut := fs.Bool("scale-out", false, "Also run the scale-out scenario (about 3 minutes; 20 s quick): a local Redis Cluster of 3 and 6 masters, 100,000 tenants, the Cluster's operations under load, and one gateway's limiter at steady rates with a CPU profile.")
+	all := fs.Bool("all", false, "Run every scenario, the opt-in ones (http2, regions, scale-out) too: what make bench-report publishes (about 18 minutes).")
 	fs.Int64Var(&cfg.seed, "seed", 1, "Seed of the tenant mix.")
 	fs.BoolVar(&cfg.pin, "pin", true, "In the latency scenario's CPU comparison (at the first rate) and the rls scenario, run the measured process (gateway, floors, nginx) alone on one CPU and the harness and Redis on the others, with taskset, where the machine allows (two or more CPUs). The latency steps themselves run unpinned.")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: go run ./hack/bench [-quick] [-scale-out] [-out DIR] [flags]
+		fmt.Fprintf(fs.Output(), `Usage: go run ./hack/bench [-quick] [-all | -scale-out] [-out DIR] [flags]
 
 Benchmarks tollgate on this machine: a redis-server, an echo upstream and
 gateway processes on loopback, plus kube-apiserver and etcd (envtest) for the
 propagation and scale scenarios. Writes DIR/results.json, DIR/report.md and
 PNG plots; the processes' logs go to DIR/logs/. Progress goes to stderr.
 
-Scenarios: %s.
+Scenarios: %s. The default run leaves out %s (-all adds them).
 
 Flags:
-`, strings.Join(scenarioNames, ", "))
+`, strings.Join(scenarioNames, ", "), strings.Join(optInScenarios(), ", "))
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -116,11 +118,25 @@ Flags:
 		}
 		cfg.scenarios = append(cfg.scenarios, s)
 	}
+	if *all {
+		cfg.scenarios = append([]string(nil), scenarioNames...)
+	}
 	if *scaleOut && !contains(cfg.scenarios, "scale-out") {
 		cfg.scenarios = append(cfg.scenarios, "scale-out")
 	}
 	cfg.command = "go run ./hack/bench " + strings.Join(args, " ")
 	return cfg, nil
+}
+
+// optInScenarios are the scenarios the default run leaves out.
+func optInScenarios() []string {
+	var out []string
+	for _, s := range scenarios {
+		if s.optIn {
+			out = append(out, s.name)
+		}
+	}
+	return out
 }
 
 func contains(list []string, s string) bool {

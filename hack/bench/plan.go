@@ -77,8 +77,11 @@ type plan struct {
 	ScaleOutDur      time.Duration `json:"scaleOutDurationNs"`
 	ScaleOutMasters  [2]int        `json:"scaleOutMasters"`
 	ScaleOutHold     time.Duration `json:"scaleOutHoldNs"`
-	SteadyRates      []int         `json:"steadyRates"`
-	SteadyDur        time.Duration `json:"steadyDurationNs"`
+	// ScaleOutRounds: the passes the scaling efficiency compares run this
+	// many times, interleaved, and their figures are pooled.
+	ScaleOutRounds int           `json:"scaleOutRounds"`
+	SteadyRates    []int         `json:"steadyRates"`
+	SteadyDur      time.Duration `json:"steadyDurationNs"`
 
 	// 11. HTTP/2 and gRPC: one steady rate for every row, pinned.
 	HTTP2Rate int           `json:"http2Rate"`
@@ -134,6 +137,7 @@ func newPlan(quick bool) plan {
 		ScaleOutDur:      15 * time.Second,
 		ScaleOutMasters:  [2]int{3, 6},
 		ScaleOutHold:     time.Second,
+		ScaleOutRounds:   2,
 		SteadyRates:      []int{1000, 5000, 20000},
 		SteadyDur:        6 * time.Second,
 
@@ -176,6 +180,7 @@ func newPlan(quick bool) plan {
 		p.ScaleOutRate = 600
 		p.ScaleOutDur = 1500 * time.Millisecond
 		p.ScaleOutHold = 150 * time.Millisecond
+		p.ScaleOutRounds = 1
 		p.SteadyRates = []int{200, 400, 800}
 		p.SteadyDur = time.Second
 		p.RegionsShiftDur = 6 * time.Second

@@ -12,22 +12,40 @@ func (h *harness) mdScaleOut(m *md) {
 	if r == nil {
 		return
 	}
-	m.section("10. Scale-out on a Redis Cluster (baseline: the same load on 3 masters)", "%d gateways' limiter chains, %d decisions/s offered for %s per pass (constant rate, open loop) over %s. Rules: %s. %s. The exact count is an exact token bucket per tenant run over the same decisions (their times in this process); Redis CPU is `INFO cpu` (used_cpu_sys + used_cpu_user) of every master, script calls `INFO commandstats`, bytes per bucket `used_memory_dataset` over `DBSIZE` at the end of the load (a bucket per key; the key dictionaries' own overhead is not in it: section 7 has the whole figure).",
+	m.section("10. Scale-out on a Redis Cluster (baseline: the same load on 3 masters)", "%d gateways' limiter chains, %d decisions/s offered for %s per pass (constant rate, open loop; the pass named with another rate at that rate, every rule scaled to it) over %s. Rules: %s. %s. The exact count is an exact token bucket per tenant run over the same decisions (their times in this process); Redis CPU is `INFO cpu` (used_cpu_sys + used_cpu_user) of every master, script calls `INFO commandstats`, bytes per bucket `used_memory_dataset` over `DBSIZE` at the end of the load (a bucket per key; the key dictionaries' own overhead is not in it: section 7 has the whole figure).",
 		r.Gateways, h.plan.ScaleOutRate, h.plan.ScaleOutDur, r.Mix, r.Rule, r.Note)
 	var rows [][]string
 	for _, p := range r.Passes {
-		rows = append(rows, []string{p.Name, fmt.Sprint(p.Decisions), fmt.Sprint(p.Admitted), fmt.Sprint(p.Exact), pct(p.Error),
+		rows = append(rows, []string{p.Name, fmt.Sprint(p.Round), fmt.Sprint(p.Decisions), fmt.Sprint(p.Admitted), fmt.Sprint(p.Exact), pct(p.Error),
 			fmt.Sprintf("%s (%d vs %d)", pct(p.HotError), p.HotAdmitted, p.HotExact), fmt.Sprint(p.Local),
 			fmt.Sprintf("%.4f", p.RoundTripsPerDec), fmt.Sprintf("%.4f", p.ScriptCallsPerDec), f1(p.GatewayCPUPerDec),
 			fmt.Sprintf("%.4f", p.RedisCPUPer1000), fmt.Sprintf("%.0f", p.DecPerRedisCPUSec), xr(p.MaxMeanCPU), xr(p.MaxMeanCalls), f1(p.BytesPerBucket)})
 	}
-	m.table([]string{"pass", "decisions", "admitted", "exact", "error", "hot tenant error", "off Redis", "round trips/decision", "script calls/decision",
+	m.table([]string{"pass", "round", "decisions", "admitted", "exact", "error", "hot tenant error", "off Redis", "round trips/decision", "script calls/decision",
 		"gateway CPU µs/decision", "Redis CPU-s per 1,000 decisions", "decisions per Redis CPU-second", "max/mean master CPU", "max/mean script calls", "Redis bytes/bucket"}, rows)
+	h.mdEfficiency(m, r.Passes)
 	for _, p := range r.Passes {
-		h.mdMasters(m, p)
+		if p.Round <= 1 {
+			h.mdMasters(m, p)
+		}
 	}
 	h.mdOps(m, r.Ops)
 	h.mdSteady(m, r.Steady)
+}
+
+// mdEfficiency is the scaling efficiency pooled over the rounds.
+func (h *harness) mdEfficiency(m *md, ps []SOPass) {
+	p := h.plan
+	small, large, rate := p.ScaleOutMasters[0], p.ScaleOutMasters[1], p.ScaleOutRate
+	big, n := soPooled(ps, large, rate)
+	same, _ := soPooled(ps, small, rate*small/large)
+	whole, _ := soPooled(ps, small, rate)
+	if big == 0 || same == 0 || whole == 0 {
+		return
+	}
+	m.para("**Scaling efficiency** (decisions per Redis CPU-second, every round's passes pooled: %d each): %d masters at %d/s %.0f; %d masters at %d/s, each master as loaded as the %d at %d/s, %.0f: **%.2f** with each master at the same load; %d masters at %d/s %.0f: %.2f at the same total rate, where each of the %d masters is half as busy. "+
+		"A redis-server less busy spends more CPU per call: it wakes up for fewer calls at a time (the %d-master passes at the two rates, %.0f and %.0f, show it on the same cluster). Sizing caps each master's CPU, so the figure to scale by is the one at the same load per master.",
+		n, large, rate, big, small, rate*small/large, large, rate, same, big/same, small, rate, whole, big/whole, large, small, same, whole)
 }
 
 func pct(x float64) string { return fmt.Sprintf("%+.2f %%", 100*x) }

@@ -25,6 +25,7 @@ type ScaleOutResult struct {
 // SOPass is one load on one cluster.
 type SOPass struct {
 	Name    string  `json:"name"`
+	Round   int     `json:"round"`
 	Masters int     `json:"masters"`
 	Shards  bool    `json:"shards"`
 	Rate    int     `json:"rate"`
@@ -49,6 +50,7 @@ type SOPass struct {
 	GatewayCPUPerDec float64 `json:"gatewayCpuUsPerDecision"`
 	// Redis: every master's CPU (INFO cpu) per 1,000 decisions, seconds,
 	// and decisions per Redis CPU-second.
+	RedisCPUSeconds   float64    `json:"redisCpuSeconds"`
 	RedisCPUPer1000   float64    `json:"redisCpuSecondsPer1000Decisions"`
 	DecPerRedisCPUSec float64    `json:"decisionsPerRedisCpuSecond"`
 	MaxMeanCPU        float64    `json:"maxOverMeanMasterCpu"`
@@ -88,14 +90,12 @@ func (h *harness) scenarioScaleOut(ctx context.Context) error {
 		return err
 	}
 	defer restore()
-	for _, x := range []struct {
-		masters int
-		shards  bool
-	}{{p.ScaleOutMasters[0], true}, {p.ScaleOutMasters[1], true}, {p.ScaleOutMasters[0], false}} {
-		pass, err := h.soPass(ctx, x.masters, x.shards)
+	for _, x := range soPasses(p) {
+		pass, err := h.soPass(ctx, x.masters, x.shards, x.rate)
 		if err != nil {
 			return fmt.Errorf("%d masters: %w", x.masters, err)
 		}
+		pass.Round = x.round
 		res.Passes = append(res.Passes, *pass)
 	}
 	if res.Ops, err = h.soOperations(ctx); err != nil {
@@ -123,19 +123,64 @@ func (h *harness) pinHarness() (func(), error) {
 	return func() { _ = setAffinity(os.Getpid(), h.pin.all) }, nil
 }
 
-// soPass runs the load on a fresh cluster of masters.
-func (h *harness) soPass(ctx context.Context, masters int, shards bool) (*SOPass, error) {
+// soPassSpec is one pass's cluster and load.
+type soPassSpec struct {
+	masters int
+	shards  bool
+	rate    int
+	round   int
+}
+
+// soPasses are the passes in order: in each round, the rate on the small
+// and the large cluster, then the small one at the rate that loads each of
+// its masters as the large cluster's are loaded at the full rate; after
+// the rounds, the small one without shards. The scaling efficiency pools
+// the rounds (interleaved, so that a change in the machine's speed falls
+// on every kind of pass alike).
+func soPasses(p plan) []soPassSpec {
+	small, large, rate := p.ScaleOutMasters[0], p.ScaleOutMasters[1], p.ScaleOutRate
+	var out []soPassSpec
+	for r := 1; r <= max(1, p.ScaleOutRounds); r++ {
+		out = append(out, soPassSpec{small, true, rate, r}, soPassSpec{large, true, rate, r}, soPassSpec{small, true, rate * small / large, r})
+	}
+	return append(out, soPassSpec{small, false, rate, 1})
+}
+
+// soPooled is decisions per Redis CPU-second over every pass of masters
+// at rate with shards (every round), and how many passes there were.
+func soPooled(passes []SOPass, masters, rate int) (float64, int) {
+	var decs, cpu float64
+	n := 0
+	for _, p := range passes {
+		if p.Masters == masters && p.Rate == rate && p.Shards {
+			decs, cpu, n = decs+float64(p.Decisions), cpu+p.RedisCPUSeconds, n+1
+		}
+	}
+	if cpu == 0 {
+		return 0, n
+	}
+	return decs / cpu, n
+}
+
+// soPass runs the load at rate on a fresh cluster of masters.
+func (h *harness) soPass(ctx context.Context, masters int, shards bool, rate int) (*SOPass, error) {
 	p := h.plan
 	name := fmt.Sprintf("%d masters", masters)
 	if !shards {
 		name += ", no shards"
+	}
+	if rate != p.ScaleOutRate {
+		name += fmt.Sprintf(", %d/s", rate)
 	}
 	c, err := h.soCluster(fmt.Sprintf("scaleout-%d-%v", masters, shards), masters, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Kill()
-	rules := newSORules(p.ScaleOutRate, shards)
+	rules := newSORules(rate, shards)
+	// At a fraction of the rate every tenant gets that fraction of its
+	// traffic and of its rule: the same share of it is refused.
+	rules.scaleDefault(float64(rate) / float64(p.ScaleOutRate))
 	gws, err := startSOGateways(ctx, c.Addrs(), p.ScaleOutGateways, rules, time.Second, 2*time.Second)
 	if err != nil {
 		return nil, err
@@ -150,9 +195,9 @@ func (h *harness) soPass(ctx context.Context, masters int, shards bool) (*SOPass
 	}
 	rt0, cmd0, _ := gws.stats()
 	cpu0, _ := cpuTime(os.Getpid())
-	load := newSOLoad(p.ScaleOutRate, p.ScaleOutDur)
+	load := newSOLoad(rate, p.ScaleOutDur)
 	running, stop := context.WithTimeout(ctx, p.ScaleOutDur)
-	load.run(ctx, running, gws.engines, p.ScaleOutRate, newSOMix(h.cfg.seed, p.ScaleOutTenants).pick)
+	load.run(ctx, running, gws.engines, rate, newSOMix(h.cfg.seed, p.ScaleOutTenants).pick)
 	stop()
 	secs := time.Since(load.start).Seconds()
 	cpu1, _ := cpuTime(os.Getpid())
@@ -161,7 +206,7 @@ func (h *harness) soPass(ctx context.Context, masters int, shards bool) (*SOPass
 	if err != nil {
 		return nil, err
 	}
-	pass := &SOPass{Name: name, Masters: masters, Shards: shards, Rate: p.ScaleOutRate, Seconds: round(secs, 2)}
+	pass := &SOPass{Name: name, Masters: masters, Shards: shards, Rate: rate, Seconds: round(secs, 2)}
 	decs := load.decisions()
 	pass.score(decs, rules)
 	pass.RoundTripsPerDec = ratio4(float64(rt1-rt0), float64(pass.Decisions))
@@ -262,6 +307,7 @@ func (h *harness) soMasters(ctx context.Context, c *cluster.Cluster, p *SOPass, 
 		p.MastersDetail = append(p.MastersDetail, x)
 	}
 	total := sum(cpu)
+	p.RedisCPUSeconds = round(total, 3)
 	p.RedisCPUPer1000 = ratio4(1000*total, float64(p.Decisions))
 	p.DecPerRedisCPUSec = round(float64(p.Decisions)/math.Max(total, 1e-9), 0)
 	p.MaxMeanCPU, p.MaxMeanCalls = maxOverMean(cpu), maxOverMean(calls)

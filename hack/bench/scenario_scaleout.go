@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -102,6 +103,15 @@ func newSORules(rate int, shards bool) *soRules {
 		r.hot[rule.Tenant] = rule
 	}
 	return r
+}
+
+// scaleDefault scales every other tenant's capacity and refill by f.
+func (r *soRules) scaleDefault(f float64) {
+	if f == 1 {
+		return
+	}
+	r.def.Capacity = max(1, int64(math.Round(float64(r.def.Capacity)*f)))
+	r.def.RefillTokens = max(1, int64(math.Round(float64(r.def.RefillTokens)*f)))
 }
 
 func (r *soRules) Lookup(tenant, _ string) *snapshot.Rule {
