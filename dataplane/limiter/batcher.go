@@ -71,6 +71,18 @@ type Batcher struct {
 	loadingStack, stackLoaded atomic.Bool
 
 	roundTrips, commands, decisions atomic.Int64
+
+	// solo holds the connection of solo sends (batcher_solo.go) while no
+	// Take uses it; nil: none (NoSolo, or no connection of its own).
+	solo chan *worker
+	// inFlight counts the pipelines being sent, solo ones included.
+	inFlight atomic.Int32
+	// lastTake is when the last Take came, in ns since epoch (the
+	// Batcher's creation): solo sends only after a quiet gap.
+	lastTake atomic.Int64
+	epoch    time.Time
+	// soloSends counts the Takes sent solo.
+	soloSends atomic.Int64
 }
 
 // BatchClient is the part of a go-redis client the Batcher uses; single
@@ -112,6 +124,14 @@ type BatcherOptions struct {
 	// Takes of buckets that keep them (the Cache's calls: see
 	// Bucket.keepsLate). Optional.
 	Late LateFunc
+
+	// NoSolo makes every Take go through the queue and the workers, even
+	// when nothing is queued or in flight (see batcher_solo.go).
+	NoSolo bool
+	// SoloGap: a Take is sent solo only when the one before it came at
+	// least this long before (default DefaultSoloGap), so that only
+	// decisions further apart than pipelines could batch go solo.
+	SoloGap time.Duration
 
 	// ViaGoRedis sends the pipelines through the go-redis client's pool
 	// even to a single server. By default the workers then have
@@ -163,6 +183,14 @@ func NewBatcher(client BatchClient, opts BatcherOptions) *Batcher {
 		}
 		go w.run()
 	}
+	if bt.opts.SoloGap <= 0 {
+		bt.opts.SoloGap = DefaultSoloGap
+	}
+	bt.epoch = time.Now()
+	if bt.direct != nil && !bt.direct.tls && !opts.NoSolo {
+		bt.solo = make(chan *worker, 1)
+		bt.solo <- &worker{bt: bt, batch: make([]*op, 0, 1), pipe: &pipe{opts: bt.direct, bt: bt}}
+	}
 	return bt
 }
 
@@ -170,7 +198,10 @@ func NewBatcher(client BatchClient, opts BatcherOptions) *Batcher {
 // and any later Take fail with ErrClosed. Safe to call more than once and
 // concurrently with Take.
 func (bt *Batcher) Close() error {
-	bt.closeOnce.Do(func() { close(bt.closed) })
+	bt.closeOnce.Do(func() {
+		close(bt.closed)
+		bt.closeSolo()
+	})
 	return nil
 }
 

@@ -69,6 +69,9 @@ func (bt *Batcher) Take(ctx context.Context, b Bucket, cost, want int64) (TakeRe
 	if ok {
 		o.deadlineMs = bt.clock.DeadlineAt(deadline, deadlineSlackMs)
 	}
+	if w := bt.trySolo(); w != nil {
+		return bt.takeSolo(ctx, w, o)
+	}
 	select {
 	case bt.queue <- o:
 	case <-bt.closed:
@@ -78,6 +81,11 @@ func (bt *Batcher) Take(ctx context.Context, b Bucket, cost, want int64) (TakeRe
 	case <-o.done: // MaxWait, while the queue was full
 		return o.res, o.err
 	}
+	return bt.wait(ctx, o)
+}
+
+// wait waits for the answer to o, sent or queued, within ctx.
+func (bt *Batcher) wait(ctx context.Context, o *op) (TakeResult, error) {
 	select {
 	case <-o.done:
 		return o.res, o.err

@@ -55,6 +55,8 @@ func (w *worker) run() {
 // written.
 func (w *worker) send(batch []*op) {
 	bt := w.bt
+	bt.inFlight.Add(1)
+	defer bt.inFlight.Add(-1)
 	sent := time.Now()
 	calls := bt.group(batch, sent)
 	if len(calls) == 0 {
@@ -141,6 +143,12 @@ func (w *worker) exec(calls []call, ps pass, deadline time.Time) {
 	} else {
 		n = w.execRedis(calls, ps, deadline)
 	}
+	bt.counted(n, ps)
+}
+
+// counted counts a pipeline of n script calls of pass ps (none: nothing
+// was sent).
+func (bt *Batcher) counted(n int, ps pass) {
 	if n > 0 {
 		bt.roundTrips.Add(1)
 		bt.commands.Add(int64(n))

@@ -94,6 +94,10 @@ type ChainOptions struct {
 	// PipelinesViaGoRedis sends the pipelines through the client's pool
 	// even to a single server (see BatcherOptions.ViaGoRedis).
 	PipelinesViaGoRedis bool
+	// NoSolo sends every call through the Batcher's workers (see
+	// BatcherOptions.NoSolo); by default a decision with nothing queued or
+	// in flight is sent by its own goroutine.
+	NoSolo bool
 	// EmptyBucketCache: after Redis refused a request of a bucket, the
 	// Cache answers the requests the script would refuse, each with the
 	// script's answer for its cost (see Cache).
@@ -148,7 +152,7 @@ func NewChain(opts ChainOptions) *Chain {
 	c.batcher = NewBatcher(opts.Client, BatcherOptions{
 		Workers: workers, NoCoalesce: !opts.Coalesce, Timeout: opts.Timeout, PingTimeout: ping,
 		ExecTimeout: max(time.Second, 2*opts.MaxWait), Layout: opts.Layout, MaxWait: opts.MaxWait,
-		ViaGoRedis: opts.PipelinesViaGoRedis, Late: c.keepLate,
+		ViaGoRedis: opts.PipelinesViaGoRedis, NoSolo: opts.NoSolo, Late: c.keepLate,
 	})
 	c.mirror = NewMirror(c.local, c.batcher)
 	c.breaker = NewBreakers(c.mirror, opts.Client, c.batcher, BreakerOptions{
@@ -241,6 +245,15 @@ func (c *Chain) Stats() (roundTrips, commands, decisions int64) {
 		return 0, 0, 0
 	}
 	return c.batcher.Stats()
+}
+
+// SoloSends is how many decisions so far were sent by their own goroutine
+// (BatcherOptions.SoloGap) rather than through the Batcher's workers.
+func (c *Chain) SoloSends() int64 {
+	if c.batcher == nil {
+		return 0
+	}
+	return c.batcher.soloSends.Load()
 }
 
 // State is the breaker's state ("" for a local-only chain).

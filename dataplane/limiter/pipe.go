@@ -35,6 +35,9 @@ type directOptions struct {
 	dialTimeout                    time.Duration
 	username, password, clientName string
 	db                             int
+	// tls: the connections are TLS (no solo sends: a read that timed out
+	// is not resumed on them).
+	tls bool
 }
 
 // failoverAddr is the Addr go-redis gives the options of a Sentinel
@@ -58,6 +61,7 @@ func directFor(client BatchClient) *directOptions {
 	return &directOptions{
 		network: o.Network, addr: o.Addr, dial: o.Dialer, dialTimeout: o.DialTimeout,
 		username: o.Username, password: o.Password, clientName: o.ClientName, db: o.DB,
+		tls: o.TLSConfig != nil,
 	}
 }
 
@@ -162,10 +166,21 @@ func (p *pipe) hello(deadline time.Time) error {
 }
 
 // exec sends the calls due in pass p (call.due) as one pipeline and reads
-// each reply into its call. It returns the number of
-// calls sent. A broken connection fails every call not answered yet and is
-// closed; a Redis error reply fails its own call only.
+// each reply into its call. It returns the number of calls sent. A broken
+// connection fails every call not answered yet and is closed; a Redis
+// error reply fails its own call only.
 func (p *pipe) exec(calls []call, ps pass, layout Layout, deadline time.Time) int {
+	n, err := p.send(calls, ps, layout, deadline)
+	if n > 0 {
+		p.receive(calls, ps, err)
+	}
+	return n
+}
+
+// send writes the calls due in pass ps as one pipeline, all before
+// deadline, and returns how many it wrote (none due: 0 and nothing
+// written) and the connection's error; receive reads their replies.
+func (p *pipe) send(calls []call, ps pass, layout Layout, deadline time.Time) (int, error) {
 	w := p.wbuf[:0]
 	n := 0
 	for i := range calls {
@@ -179,7 +194,7 @@ func (p *pipe) exec(calls []call, ps pass, layout Layout, deadline time.Time) in
 	}
 	p.wbuf = w
 	if n == 0 {
-		return 0
+		return 0, nil
 	}
 	now := time.Now()
 	err := p.connect(now, deadline)
@@ -189,6 +204,16 @@ func (p *pipe) exec(calls []call, ps pass, layout Layout, deadline time.Time) in
 	if err == nil {
 		_, err = p.conn.Write(w)
 	}
+	if cap(p.wbuf) > maxKeptBuffer {
+		p.wbuf = nil // a resend with the script's text: not kept for every pipeline
+	}
+	return n, err
+}
+
+// receive reads the replies of the calls send wrote in pass ps into them;
+// err, the connection's error so far, fails every call not answered yet
+// and closes the connection, as does one while reading.
+func (p *pipe) receive(calls []call, ps pass, err error) {
 	for i := range calls {
 		c := &calls[i]
 		if !c.due(ps) {
@@ -204,10 +229,6 @@ func (p *pipe) exec(calls []call, ps pass, layout Layout, deadline time.Time) in
 	if err != nil {
 		p.close()
 	}
-	if cap(p.wbuf) > maxKeptBuffer {
-		p.wbuf = nil // a resend with the script's text: not kept for every pipeline
-	}
-	return n
 }
 
 // maxKeptBuffer bounds the write buffer a worker keeps between pipelines.

@@ -156,8 +156,8 @@ func TestQuickRunProducesReport(t *testing.T) {
 func checkScaleOut(t *testing.T, r *ScaleOutResult, p plan) {
 	t.Helper()
 	want := soPasses(p)
-	if r == nil || len(r.Passes) != len(want) || len(want) != 3*p.ScaleOutRounds+1 || r.Ops == nil || len(r.Steady) != 3 {
-		t.Fatalf("scale-out: want %d passes, the operations and three steady rates, got %+v", 3*p.ScaleOutRounds+1, r)
+	if r == nil || len(r.Passes) != len(want) || len(want) != 3*p.ScaleOutRounds+1 || r.Ops == nil || len(r.Steady) != 6 {
+		t.Fatalf("scale-out: want %d passes, the operations and three steady rates in two modes, got %+v", 3*p.ScaleOutRounds+1, r)
 	}
 	for i, p := range r.Passes {
 		w := want[i]
@@ -179,9 +179,14 @@ func checkScaleOut(t *testing.T, r *ScaleOutResult, p plan) {
 	if o := r.Ops; len(o.Steps) != 4 || len(o.Tenants) != 3 || o.Decisions == 0 || o.Exact == 0 {
 		t.Errorf("scale-out operations: want 4 windows and 3 tenants, got %+v", o)
 	}
-	for _, s := range r.Steady {
-		if s.Decisions == 0 || s.RoundTripsPerDec <= 0 || s.CPUPerDec <= 0 || len(s.Top) == 0 {
+	for i, s := range r.Steady {
+		if s.Decisions == 0 || s.RoundTripsPerDec <= 0 || s.CPUPerDec <= 0 || len(s.Top) == 0 || s.Workers != (i%2 == 1) {
 			t.Errorf("scale-out steady %d/s: missing figures %+v", s.Rate, s)
+		}
+		// The quick rates are far below DefaultSoloGap's: with the
+		// defaults most decisions go solo, with workers only none.
+		if s.Workers && s.SoloPerDec != 0 || !s.Workers && i == 0 && s.SoloPerDec < 0.5 {
+			t.Errorf("scale-out steady %d/s (workers only %v): %.4f solo sends per decision", s.Rate, s.Workers, s.SoloPerDec)
 		}
 	}
 }

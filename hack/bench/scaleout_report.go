@@ -87,20 +87,36 @@ func (h *harness) mdOps(m *md, o *SOOps) {
 	m.table([]string{"tenant", "", "admitted", "exact", "error", "off Redis"}, rows)
 }
 
-// mdSteady is one chain at steady rates.
+// mdSteady is one chain at steady rates, with the gateway's defaults and
+// with every call through the workers (the baseline).
 func (h *harness) mdSteady(m *md, ss []SOSteady) {
 	if len(ss) == 0 {
 		return
 	}
-	m.para("**One gateway's limiter at steady rates** (one chain, the gateway's defaults, on one redis-server; tenants of the mix of sections 1-3 on a bucket too large to refuse; this process pinned as above, its CPU per decision includes the pacing and a goroutine per decision; CPU profile `profile-steady-<rate>.pb.gz`):")
+	m.para("**One gateway's limiter at steady rates** (one chain on one redis-server; tenants of the mix of sections 1-3 on a bucket too large to refuse; this process pinned as above, its CPU per decision includes the pacing and a goroutine per decision; CPU profile `profile-steady-<rate>[-workers].pb.gz`). Each rate twice: with the gateway's defaults, where a decision that comes after a quiet gap (`limiter.DefaultSoloGap`) with nothing queued or in flight is sent by its own goroutine (a solo send), and with every call through the Batcher's workers, the design before, as the baseline:")
 	var rows [][]string
+	base := map[int]float64{}
 	for _, s := range ss {
-		rows = append(rows, []string{fmt.Sprint(s.Rate), fmt.Sprint(s.Decisions), fmt.Sprintf("%.4f", s.RoundTripsPerDec), fmt.Sprintf("%.4f", s.CallsPerDec),
-			f1(s.CPUPerDec), f1(s.RedisCPUPerDec), strings.Join(s.Cum, ", ")})
+		if s.Workers {
+			base[s.Rate] = s.CPUPerDec
+		}
 	}
-	m.table([]string{"decisions/s", "decisions", "round trips/decision", "script calls/decision", "CPU µs/decision", "redis-server CPU µs/decision", "cumulative shares"}, rows)
 	for _, s := range ss {
-		if len(s.Top) > 0 {
+		mode, ratio := "defaults", "1.00× (baseline)"
+		if !s.Workers {
+			ratio = "n/a"
+			if b := base[s.Rate]; b > 0 {
+				ratio = fmt.Sprintf("%.2f×", s.CPUPerDec/b)
+			}
+		} else {
+			mode = "workers only"
+		}
+		rows = append(rows, []string{fmt.Sprint(s.Rate), mode, fmt.Sprint(s.Decisions), fmt.Sprintf("%.4f", s.RoundTripsPerDec), fmt.Sprintf("%.4f", s.CallsPerDec),
+			fmt.Sprintf("%.4f", s.SoloPerDec), f1(s.CPUPerDec), ratio, f1(s.RedisCPUPerDec), strings.Join(s.Cum, ", ")})
+	}
+	m.table([]string{"decisions/s", "sends", "decisions", "round trips/decision", "script calls/decision", "solo sends/decision", "CPU µs/decision", "vs workers only", "redis-server CPU µs/decision", "cumulative shares"}, rows)
+	for _, s := range ss {
+		if len(s.Top) > 0 && !s.Workers {
 			m.details(fmt.Sprintf("%d/s: heaviest functions (flat)", s.Rate), s.Top)
 		}
 	}

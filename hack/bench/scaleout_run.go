@@ -102,11 +102,13 @@ func (h *harness) scenarioScaleOut(ctx context.Context) error {
 		return fmt.Errorf("operations: %w", err)
 	}
 	for _, rate := range p.SteadyRates {
-		s, err := h.soSteady(ctx, rate)
-		if err != nil {
-			return fmt.Errorf("steady %d/s: %w", rate, err)
+		for _, workers := range []bool{false, true} {
+			s, err := h.soSteady(ctx, rate, workers)
+			if err != nil {
+				return fmt.Errorf("steady %d/s: %w", rate, err)
+			}
+			res.Steady = append(res.Steady, *s)
 		}
-		res.Steady = append(res.Steady, *s)
 	}
 	return nil
 }

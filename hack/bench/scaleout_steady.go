@@ -18,7 +18,11 @@ import (
 // SOSteady is one chain (one gateway's limiter) on one redis-server at a
 // steady rate: round trips and CPU per decision, and the CPU profile.
 type SOSteady struct {
-	Rate             int     `json:"rate"`
+	Rate int `json:"rate"`
+	// Workers: every call through the Batcher's workers (NoSolo), the
+	// design before solo sends; else the gateway's defaults.
+	Workers          bool    `json:"workersOnly,omitempty"`
+	SoloPerDec       float64 `json:"soloSendsPerDecision"`
 	Seconds          float64 `json:"seconds"`
 	Decisions        int64   `json:"decisions"`
 	RoundTripsPerDec float64 `json:"roundTripsPerDecision"`
@@ -39,6 +43,7 @@ type SOSteady struct {
 var steadyStages = []string{
 	"github.com/tollgate-dev/tollgate/dataplane/decision.(*Engine).DecideRule",
 	"github.com/tollgate-dev/tollgate/dataplane/limiter.(*worker).run",
+	"github.com/tollgate-dev/tollgate/dataplane/limiter.(*Batcher).takeSolo",
 	"internal/poll.(*FD).Write",
 	"internal/poll.(*FD).Read",
 	"runtime.gcBgMarkWorker",
@@ -47,9 +52,10 @@ var steadyStages = []string{
 
 // soSteady runs one chain on a redis-server of its own at rate (tenants of
 // the Redis cost scenario's mix, a bucket too large to refuse), with a CPU
-// profile of this process.
-func (h *harness) soSteady(ctx context.Context, rate int) (*SOSteady, error) {
-	rs, err := h.startRedis(ctx, fmt.Sprintf("redis-steady-%d", rate))
+// profile of this process; workers: with every call through the Batcher's
+// workers (no solo sends), the baseline.
+func (h *harness) soSteady(ctx context.Context, rate int, workers bool) (*SOSteady, error) {
+	rs, err := h.startRedis(ctx, fmt.Sprintf("redis-steady-%d-%v", rate, workers))
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +69,7 @@ func (h *harness) soSteady(ctx context.Context, rate int) (*SOSteady, error) {
 		return nil, err
 	}
 	defer client.Close()
-	chain := limiter.NewChain(limiter.ChainOptions{Client: client, Coalesce: true, EmptyBucketCache: true})
+	chain := limiter.NewChain(limiter.ChainOptions{Client: client, Coalesce: true, EmptyBucketCache: true, NoSolo: workers})
 	defer chain.Close()
 	rule := &oneRule{snapshot.Rule{Tenant: "*", Route: "*", Capacity: 20000, RefillTokens: 10000, RefillPeriodMs: 1000}}
 	e := decision.New(decision.Options{Rules: rule, Limiter: chain})
@@ -72,8 +78,12 @@ func (h *harness) soSteady(ctx context.Context, rate int) (*SOSteady, error) {
 	steadyLoad(ctx, warm, e, rate, mix)
 	stop()
 
-	s := &SOSteady{Rate: rate, Profile: fmt.Sprintf("profile-steady-%d.pb.gz", rate)}
+	s := &SOSteady{Rate: rate, Workers: workers, Profile: fmt.Sprintf("profile-steady-%d.pb.gz", rate)}
+	if workers {
+		s.Profile = fmt.Sprintf("profile-steady-%d-workers.pb.gz", rate)
+	}
 	rt0, cmd0, _ := chain.Stats()
+	solo0 := chain.SoloSends()
 	cpu0, _ := cpuTime(os.Getpid())
 	rcpu0, _ := cpuTime(rs.Pid())
 	var prof bytes.Buffer
@@ -90,13 +100,14 @@ func (h *harness) soSteady(ctx context.Context, rate int) (*SOSteady, error) {
 	rcpu1, _ := cpuTime(rs.Pid())
 	rt1, cmd1, _ := chain.Stats()
 	s.Decisions = n
+	s.SoloPerDec = ratio4(float64(chain.SoloSends()-solo0), float64(n))
 	s.RoundTripsPerDec, s.CallsPerDec = ratio4(float64(rt1-rt0), float64(n)), ratio4(float64(cmd1-cmd0), float64(n))
 	s.CPUPerDec, s.RedisCPUPerDec = cpuPer(cpu1-cpu0, float64(n)), cpuPer(rcpu1-rcpu0, float64(n))
 	if err := h.steadyProfile(ctx, s, prof.Bytes()); err != nil {
 		h.logf("steady %d/s: no profile: %v", rate, err)
 	}
-	h.logf("steady %d/s on one chain: %d decisions, %.3f round trips and %.3f script calls per decision, %.1f µs CPU per decision (redis-server %.1f µs)",
-		rate, n, s.RoundTripsPerDec, s.CallsPerDec, s.CPUPerDec, s.RedisCPUPerDec)
+	h.logf("steady %d/s on one chain%s: %d decisions, %.3f round trips, %.3f script calls and %.3f solo sends per decision, %.1f µs CPU per decision (redis-server %.1f µs)",
+		rate, map[bool]string{true: " (workers only)"}[workers], n, s.RoundTripsPerDec, s.CallsPerDec, s.SoloPerDec, s.CPUPerDec, s.RedisCPUPerDec)
 	return s, nil
 }
 
