@@ -96,7 +96,7 @@ func newPlan(quick bool) plan {
 		LatencyRates: []int{2500, 5000, 10000},
 		LatencyDur:   8 * time.Second,
 
-		CeilingRates:  []int{500, 1000, 2000, 3000, 4000, 5000, 6500, 8000, 10000, 12500, 15000, 20000, 25000},
+		CeilingRates:  []int{2000, 3000, 4000, 5000, 6500, 8000, 10000, 12500, 15000, 20000, 25000},
 		CeilingDur:    4 * time.Second,
 		ProfileRate:   2500,
 		ProfileDur:    5 * time.Second,
