@@ -85,8 +85,11 @@ const KindShared = "shared"
 // one kind take precedence over each other by tenant and route; every
 // kind's rule in force applies to a request.
 func (r *Rule) Kind() string {
-	if r.kind != "" || len(r.By) == 0 && !r.Shared {
-		return r.kind
+	if r.named != nil {
+		return r.named.kind
+	}
+	if len(r.By) == 0 && !r.Shared {
+		return ""
 	}
 	return r.kindText()
 }
@@ -106,8 +109,11 @@ func (r *Rule) kindText() string {
 // for the default kind, else 8 characters of base64url of the kind's
 // SHA-256.
 func (r *Rule) KindID() string {
-	if r.kindID != "" || len(r.By) == 0 && !r.Shared {
-		return r.kindID
+	if r.named != nil {
+		return r.named.kindID
+	}
+	if len(r.By) == 0 && !r.Shared {
+		return ""
 	}
 	return Digest(r.kindText())[:8]
 }
@@ -117,8 +123,8 @@ func (r *Rule) KindID() string {
 // bucket; two rules never do): 11 characters of base64url of the Source's
 // SHA-256, or of tenant and route for a rule without a Source.
 func (r *Rule) Identity() string {
-	if r.identity != "" {
-		return r.identity
+	if r.named != nil {
+		return r.named.identity
 	}
 	return r.identityText()
 }
@@ -155,8 +161,8 @@ func (r *Rule) Name(route string) string {
 	if len(r.By) == 0 && !r.Shared {
 		return route
 	}
-	if r.name != "" {
-		return r.name
+	if r.named != nil {
+		return r.named.name
 	}
 	return r.nameText()
 }
@@ -182,7 +188,8 @@ func (r *Rule) cacheKind() {
 	if len(r.By) == 0 && !r.Shared {
 		return
 	}
-	r.kind, r.kindID, r.identity, r.name = r.kindText(), Digest(r.kindText())[:8], r.identityText(), r.nameText()
+	kind := r.kindText()
+	r.named = &ruleNames{kind: kind, kindID: Digest(kind)[:8], identity: r.identityText(), name: r.nameText()}
 }
 
 // Digest is base64url of the first 16 bytes of s's SHA-256 (22

@@ -63,7 +63,7 @@ func NewSet(shards []*Shard) (*Set, error) {
 // s.kinds.
 func (s *Set) indexKinds(sh *Shard) {
 	for i := range sh.Rules {
-		if k := sh.Rules[i].kind; k != "" && !slices.Contains(s.kinds, k) {
+		if k := sh.Rules[i].Kind(); k != "" && !slices.Contains(s.kinds, k) {
 			s.kinds = append(s.kinds, k)
 		}
 	}
@@ -164,7 +164,7 @@ func (s *Set) get(tenant, route string) *Rule {
 
 // getKind returns the rule of kind for exactly tenant and route.
 func (s *Set) getKind(kind, tenant, route string) *Rule {
-	return s.shards[Placement(s.format, tenant, route, len(s.shards))].byKey[ruleKey{kind, tenant, route, ""}]
+	return s.shards[Placement(s.format, tenant, route, len(s.shards))].byKey[lookupKey{kind, tenant, route}]
 }
 
 // Version is the highest shard version: the snapshot version a gateway reports

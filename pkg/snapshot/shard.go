@@ -113,8 +113,12 @@ type Shard struct {
 	// Rules are sorted by tenant, then route.
 	Rules []Rule
 
-	byKey map[ruleKey]*Rule
+	byKey map[lookupKey]*Rule
 }
+
+// lookupKey is byKey's key: a rule without claims by its kind, tenant
+// and route.
+type lookupKey struct{ kind, tenant, route string }
 
 // ruleKey identifies a rule: its tenant, route and ClaimsKey.
 type ruleKey struct{ kind, tenant, route, claims string }
@@ -259,12 +263,12 @@ func (s *Shard) index() {
 	if s.byKey != nil {
 		return
 	}
-	s.byKey = make(map[ruleKey]*Rule, len(s.Rules))
+	s.byKey = make(map[lookupKey]*Rule, len(s.Rules))
 	for i := range s.Rules {
 		r := &s.Rules[i]
 		r.cacheKind()
 		if len(r.Claims) == 0 {
-			s.byKey[ruleKey{r.kind, r.Tenant, r.Route, ""}] = r
+			s.byKey[lookupKey{r.Kind(), r.Tenant, r.Route}] = r
 		}
 	}
 }
@@ -272,7 +276,7 @@ func (s *Shard) index() {
 // Get returns the rule of the default kind without claims for exactly
 // tenant and route (either may be "*").
 func (s *Shard) Get(tenant, route string) *Rule {
-	return s.byKey[ruleKey{"", tenant, route, ""}]
+	return s.byKey[lookupKey{"", tenant, route}]
 }
 
 // Encode compresses the shard for a ConfigMap. The JSON is written by hand
@@ -371,10 +375,26 @@ func Decode(data []byte) (*Shard, error) {
 		}
 		seen[k] = struct{}{}
 	}
-	if p.Rules == nil {
-		p.Rules = []Rule{}
+	return NewShardFormat(p.Format, p.Index, p.Count, p.Version, compact(p.Rules)), nil
+}
+
+// compact is rules as a gateway keeps them: in a slice of their own length
+// (the decoder grew its slice as it read, up to a quarter more than it
+// holds) and with one copy of each distinct route id (a few routes, each
+// in thousands of rules).
+func compact(rules []Rule) []Rule {
+	out := make([]Rule, len(rules))
+	copy(out, rules)
+	routes := map[string]string{}
+	for i := range out {
+		r := &out[i]
+		if seen, ok := routes[r.Route]; ok {
+			r.Route = seen
+		} else {
+			routes[r.Route] = r.Route
+		}
 	}
-	return NewShardFormat(p.Format, p.Index, p.Count, p.Version, p.Rules), nil
+	return out
 }
 
 // FromConfigMap decodes a shard ConfigMap and checks that its annotations
