@@ -148,6 +148,28 @@ func soPasses(p plan) []soPassSpec {
 	return append(out, soPassSpec{small, false, rate, 1})
 }
 
+// soScaling is the scaling comparison of the passes: decisions per Redis
+// CPU-second pooled over the rounds on the large cluster at the rate
+// (big), on the small one at the rate that loads each master alike
+// (same) and at the rate (whole); rounds is how many passes each pools.
+type soScaling struct {
+	big, same, whole float64
+	rounds           int
+	rate, sameRate   int
+	small, large     int
+}
+
+// soScalingOf compares the passes ps of plan p; ok is false when a kind of
+// pass is missing.
+func soScalingOf(p plan, ps []SOPass) (soScaling, bool) {
+	s := soScaling{small: p.ScaleOutMasters[0], large: p.ScaleOutMasters[1], rate: p.ScaleOutRate}
+	s.sameRate = s.rate * s.small / s.large
+	s.big, s.rounds = soPooled(ps, s.large, s.rate)
+	s.same, _ = soPooled(ps, s.small, s.sameRate)
+	s.whole, _ = soPooled(ps, s.small, s.rate)
+	return s, s.big > 0 && s.same > 0 && s.whole > 0
+}
+
 // soPooled is decisions per Redis CPU-second over every pass of masters
 // at rate with shards (every round), and how many passes there were.
 func soPooled(passes []SOPass, masters, rate int) (float64, int) {

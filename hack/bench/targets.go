@@ -396,21 +396,17 @@ func scalingEfficiency(h *harness) []measured {
 	if h.res.ScaleOut == nil {
 		return nil
 	}
-	ps, p := h.res.ScaleOut.Passes, h.plan
-	small, large, rate := p.ScaleOutMasters[0], p.ScaleOutMasters[1], p.ScaleOutRate
-	big, n := soPooled(ps, large, rate)
-	same, _ := soPooled(ps, small, rate*small/large)
-	whole, _ := soPooled(ps, small, rate)
-	if big == 0 || same == 0 || whole == 0 {
+	s, ok := soScalingOf(h.plan, h.res.ScaleOut.Passes)
+	if !ok {
 		return nil
 	}
-	rounds := fmt.Sprintf("%d round(s) pooled", n)
+	rounds := fmt.Sprintf("%d round(s) pooled", s.rounds)
 	return []measured{
-		{what: fmt.Sprintf("Redis Cluster scaling, decisions per Redis CPU-second at %d masters ÷ at %d, each master at the same load", large, small),
-			value: fmt.Sprintf("%.2f (%.0f at %d/s vs %.0f at %d/s)", big/same, big, rate, same, rate*small/large),
-			met:   big/same >= 0.9, judged: h.judging(), note: joinNotes(rounds, quickNote(h))},
-		{what: fmt.Sprintf("the same, both at %d/s (each of %d masters half as busy)", rate, large),
-			value: fmt.Sprintf("%.2f (%.0f vs %.0f)", big/whole, big, whole),
+		{what: fmt.Sprintf("Redis Cluster scaling, decisions per Redis CPU-second at %d masters ÷ at %d, each master at the same load", s.large, s.small),
+			value: fmt.Sprintf("%.2f (%.0f at %d/s vs %.0f at %d/s)", s.big/s.same, s.big, s.rate, s.same, s.sameRate),
+			met:   s.big/s.same >= 0.9, judged: h.judging(), note: joinNotes(rounds, quickNote(h))},
+		{what: fmt.Sprintf("the same, both at %d/s (each of %d masters half as busy)", s.rate, s.large),
+			value: fmt.Sprintf("%.2f (%.0f vs %.0f)", s.big/s.whole, s.big, s.whole),
 			note:  joinNotes(rounds, "shown, not judged: a less busy redis-server spends more CPU per call (the 3-master passes at the two rates show how much)")},
 	}
 }
