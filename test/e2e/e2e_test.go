@@ -91,7 +91,7 @@ var _ = Describe("tollgate in a cluster", Ordered, Label("e2e"), func() {
 		want := []int{200, 200, 429}
 		for i, g := range gateways {
 			r := send(g, "POST", "/orders", "shop-a")
-			Expect(r.status).To(Equal(want[i]), "request %d through %s", i+1, g.name)
+			Expect(r.status).To(Equal(want[i]), "request %d through %s", i+1, g.Name)
 			Expect(r.limit).To(Equal("2"))
 		}
 		// The other samples are in force too.
@@ -224,7 +224,7 @@ spec:
 		waitRule("foreign-t", "list-orders", 5)
 		before := map[string]float64{}
 		for _, g := range gateways {
-			before[g.name] = metric(g.admin+"/metrics", "tollgate_gateway_foreign_refused_total", `source="rules"`)
+			before[g.Name] = metric(g.admin+"/metrics", "tollgate_gateway_foreign_refused_total", `source="rules"`)
 		}
 
 		// A complete layout of 8 shards at a version far above the
@@ -242,7 +242,7 @@ spec:
 		for _, g := range gateways {
 			Eventually(func() float64 {
 				return metric(g.admin+"/metrics", "tollgate_gateway_foreign_refused_total", `source="rules"`)
-			}, 10*time.Second, 10*time.Millisecond).Should(BeNumerically(">=", before[g.name]+8), g.name)
+			}, 10*time.Second, 10*time.Millisecond).Should(BeNumerically(">=", before[g.Name]+8), g.Name)
 		}
 		Expect(enforcedEverywhere("foreign-t", "5")).To(BeTrue(), "a gateway enforces the foreign layout")
 		Eventually(func(g Gomega) {
@@ -280,7 +280,7 @@ func waitProgrammed(ns, name string) {
 	for _, g := range gateways {
 		Eventually(func() float64 {
 			return metric(g.admin+"/metrics", "tollgate_gateway_snapshot_version")
-		}, 10*time.Second, 10*time.Millisecond).Should(BeNumerically(">=", version), g.name)
+		}, 10*time.Second, 10*time.Millisecond).Should(BeNumerically(">=", version), g.Name)
 	}
 }
 

@@ -56,7 +56,7 @@ func startRedisExporter() (*proc, string) {
 	}
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort())
 	p := startProc("redis-exporter", bin, "-redis.addr", "redis://"+redisSrv.addr(), "-web.listen-address", listen)
-	Eventually(func() int { return httpStatus("http://" + listen + "/metrics") }, 30*time.Second, 100*time.Millisecond).Should(Equal(200), p.logTail)
+	Eventually(func() int { return proctest.Status("http://" + listen + "/metrics") }, 30*time.Second, 100*time.Millisecond).Should(Equal(200), p.logTail)
 	return p, listen
 }
 
@@ -81,7 +81,7 @@ func startPrometheus(redisExporter string) *promProc {
 	}
 	cfg.WriteString("scrape_configs:\n- job_name: tollgate-gateway\n  static_configs:\n")
 	for _, g := range gateways {
-		cfg.WriteString(target(strings.TrimPrefix(g.admin, "http://"), g.name))
+		cfg.WriteString(target(strings.TrimPrefix(g.admin, "http://"), g.Name))
 	}
 	cfg.WriteString("- job_name: tollgate-controller\n  static_configs:\n")
 	cfg.WriteString(target(controllerMetricsAddr(), "controller"))
@@ -97,7 +97,7 @@ func startPrometheus(redisExporter string) *promProc {
 			"--web.listen-address="+listen, "--log.level=warn"),
 		url: "http://" + listen,
 	}
-	Eventually(func() int { return httpStatus(p.url + "/-/ready") }, 30*time.Second, 100*time.Millisecond).Should(Equal(200), p.logTail)
+	Eventually(func() int { return proctest.Status(p.url + "/-/ready") }, 30*time.Second, 100*time.Millisecond).Should(Equal(200), p.logTail)
 	return p
 }
 
@@ -331,7 +331,7 @@ func dashboardAndAlerts() {
 		for _, g := range gateways {
 			Eventually(func() float64 {
 				return metric(g.admin+"/metrics", "tollgate_gateway_reload_errors_total", `source="routes"`)
-			}, 10*time.Second, 50*time.Millisecond).Should(BeNumerically(">", 0), g.name)
+			}, 10*time.Second, 50*time.Millisecond).Should(BeNumerically(">", 0), g.Name)
 		}
 		Expect(os.WriteFile(routes, good, 0o644)).To(Succeed())
 		time.Sleep(3 * prometheusScrape)
@@ -371,7 +371,7 @@ func dashboardAndAlerts() {
 			Eventually(func() float64 {
 				send(g, "GET", "/orders", "dash-after-outage")
 				return metric(g.admin+"/metrics", "tollgate_gateway_breaker_state", `state="closed"`)
-			}, 20*time.Second, 50*time.Millisecond).Should(Equal(1.0), g.name)
+			}, 20*time.Second, 50*time.Millisecond).Should(Equal(1.0), g.Name)
 		}
 		for deadline := time.Now().Add(4 * prometheusScrape); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 			traffic()
@@ -512,7 +512,7 @@ func holdAndRefuse(g *gatewayProc) bool {
 		select {
 		case code := <-first:
 			_ = finish.Close()
-			GinkgoWriter.Printf("%s: the first request ended with %d before it could hold its slot; again\n", g.name, code)
+			GinkgoWriter.Printf("%s: the first request ended with %d before it could hold its slot; again\n", g.Name, code)
 			return false
 		default:
 		}
@@ -541,10 +541,10 @@ func scriptErrorTraffic() {
 	redisCLI("SET", "rl:{"+tenant+"}", "not a hash")
 	for _, g := range gateways {
 		Eventually(func() float64 {
-			Expect(send(g, "GET", "/orders", tenant).status).To(BeElementOf(200, 429), g.name)
+			Expect(send(g, "GET", "/orders", tenant).status).To(BeElementOf(200, 429), g.Name)
 			return metric(g.admin+"/metrics", "tollgate_gateway_redis_script_errors_total", `script="token_bucket"`)
-		}, 10*time.Second, 20*time.Millisecond).Should(BeNumerically(">", 0), g.name)
-		Expect(metric(g.admin+"/metrics", "tollgate_gateway_breaker_state", `state="closed"`)).To(Equal(1.0), "script errors leave the breaker closed: %s", g.name)
+		}, 10*time.Second, 20*time.Millisecond).Should(BeNumerically(">", 0), g.Name)
+		Expect(metric(g.admin+"/metrics", "tollgate_gateway_breaker_state", `state="closed"`)).To(Equal(1.0), "script errors leave the breaker closed: %s", g.Name)
 	}
 	time.Sleep(2 * prometheusScrape)
 	redisCLI("DEL", "rl:{"+tenant+"}")
@@ -566,9 +566,9 @@ func tokenTraffic() {
 			Expect(err).NotTo(HaveOccurred())
 			_, _ = io.Copy(io.Discard, res.Body)
 			res.Body.Close()
-			Expect(res.StatusCode).To(Equal(want), g.name)
+			Expect(res.StatusCode).To(Equal(want), g.Name)
 			if want == http.StatusUnauthorized {
-				Expect(res.Header.Get("WWW-Authenticate")).To(ContainSubstring(`error="invalid_token"`), g.name)
+				Expect(res.Header.Get("WWW-Authenticate")).To(ContainSubstring(`error="invalid_token"`), g.Name)
 			}
 		}
 	}
@@ -590,7 +590,7 @@ func responseCostTraffic(ctx context.Context) {
 	for _, g := range gateways {
 		for range 3 {
 			Eventually(func() int { return send(g, "POST", "/orders", "dash-cost").status }, 5*time.Second, 10*time.Millisecond).
-				Should(Equal(http.StatusOK), g.name)
+				Should(Equal(http.StatusOK), g.Name)
 		}
 	}
 }
@@ -614,6 +614,6 @@ func concurrencyTraffic(ctx context.Context) {
 		// Redis bound is --redis-max-wait): it then gets 429 at once and
 		// holds nothing, so the round is tried again.
 		Eventually(func() bool { return holdAndRefuse(g) }, 30*time.Second, 100*time.Millisecond).
-			Should(BeTrue(), "%s: a second request while one holds the slot gets 429", g.name)
+			Should(BeTrue(), "%s: a second request while one holds the slot gets 429", g.Name)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,7 @@ import (
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
 	"github.com/tollgate-dev/tollgate/internal/testutil/jwttest"
+	"github.com/tollgate-dev/tollgate/internal/testutil/proctest"
 )
 
 func TestE2E(t *testing.T) {
@@ -142,60 +144,29 @@ var _ = AfterSuite(func() {
 })
 
 // proc is a child process whose output goes to a log file.
-type proc struct {
-	name string
-	args []string
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited
-	log  string
-}
+type proc struct{ *proctest.Proc }
 
 func startProc(name, bin string, args ...string) *proc {
-	p := &proc{name: name, args: args, log: filepath.Join(workDir, name+".log")}
-	p.start(bin)
+	p := &proc{proctest.New(workDir, name, bin, args...)}
+	p.start()
 	return p
 }
 
-func (p *proc) start(bin string) {
-	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	Expect(err).NotTo(HaveOccurred())
-	p.cmd = exec.Command(bin, p.args...)
-	p.cmd.Stdout, p.cmd.Stderr = f, f
-	Expect(p.cmd.Start()).To(Succeed())
-	done := make(chan struct{})
-	p.done = done
-	go func(cmd *exec.Cmd) { _ = cmd.Wait(); f.Close(); close(done) }(p.cmd)
-}
+func (p *proc) start() { Expect(p.Start()).To(Succeed()) }
 
-// stop sends SIGTERM and waits, killing after 10s.
-func (p *proc) stop() {
-	if p.cmd == nil || p.cmd.Process == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-	p.cmd = nil
-}
+// stop interrupts the process and waits, killing it after 10s.
+func (p *proc) stop() { p.Stop(10 * time.Second) }
 
 // logTail returns the end of the process's log, for failure messages.
-func (p *proc) logTail() string {
-	b, _ := os.ReadFile(p.log)
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
-}
+func (p *proc) logTail() string { return p.Tail(4000) }
 
 func freePort() int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := proctest.FreeAddr()
 	Expect(err).NotTo(HaveOccurred())
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	_, port, _ := net.SplitHostPort(addr)
+	n, err := strconv.Atoi(port)
+	Expect(err).NotTo(HaveOccurred())
+	return n
 }
 
 // redisProc is a redis-server that specs stop and start again on its port.
@@ -205,10 +176,11 @@ type redisProc struct {
 }
 
 func startRedis() *redisProc {
+	bin, err := exec.LookPath("redis-server")
+	Expect(err).NotTo(HaveOccurred(), "redis-server is missing: run hack/install-deps.sh")
 	port := freePort()
-	r := &redisProc{port: port}
-	r.proc = &proc{name: "redis", log: filepath.Join(workDir, "redis.log"),
-		args: []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workDir}}
+	r := &redisProc{port: port, proc: &proc{proctest.New(workDir, "redis", bin,
+		"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workDir)}}
 	r.start()
 	return r
 }
@@ -216,9 +188,7 @@ func startRedis() *redisProc {
 func (r *redisProc) addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
 
 func (r *redisProc) start() {
-	bin, err := exec.LookPath("redis-server")
-	Expect(err).NotTo(HaveOccurred(), "redis-server is missing: run hack/install-deps.sh")
-	r.proc.start(bin)
+	r.proc.start()
 	Eventually(func() error {
 		c, err := net.Dial("tcp", r.addr())
 		if err == nil {
@@ -228,11 +198,7 @@ func (r *redisProc) start() {
 	}, 10*time.Second, 20*time.Millisecond).Should(Succeed())
 }
 
-func (r *redisProc) kill() {
-	_ = r.cmd.Process.Kill()
-	<-r.done
-	r.cmd = nil
-}
+func (r *redisProc) kill() { r.Kill() }
 
 func startUpstream() string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -256,15 +222,15 @@ func startController() *proc {
 		// region).
 		"--region-rebalance", "--region-interval", "1s", "--region-read-timeout", "200ms",
 		"--region-redis", fmt.Sprintf("eu=%s,us=127.0.0.1:%d", redisSrv.addr(), freePort()))
-	Eventually(func() int { return httpStatus(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe)) }, 30*time.Second).Should(Equal(200), p.logTail)
+	Eventually(func() int { return proctest.Status(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe)) }, 30*time.Second).Should(Equal(200), p.logTail)
 	return p
 }
 
 // controllerMetricsAddr is the controller's --metrics-bind-address.
 func controllerMetricsAddr() string {
-	for i, a := range controller.args {
+	for i, a := range controller.Args {
 		if a == "--metrics-bind-address" {
-			return controller.args[i+1]
+			return controller.Args[i+1]
 		}
 	}
 	return ""
@@ -301,16 +267,7 @@ func jwksFile() string {
 }
 
 func (g *gatewayProc) waitReady() {
-	Eventually(func() int { return httpStatus(g.admin + "/readyz") }, 30*time.Second).Should(Equal(200), g.logTail)
-}
-
-func httpStatus(url string) int {
-	res, err := http.Get(url)
-	if err != nil {
-		return 0
-	}
-	res.Body.Close()
-	return res.StatusCode
+	Eventually(func() int { return proctest.Status(g.admin + "/readyz") }, 30*time.Second).Should(Equal(200), g.logTail)
 }
 
 // metric returns the sum of the series of name whose labels contain every

@@ -2,15 +2,9 @@ package regions
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,15 +12,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
+	"github.com/tollgate-dev/tollgate/internal/testutil/proctest"
 )
 
 // proc is one tollgate process of the test.
 type proc struct {
-	name string
-	args []string
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  string
+	*proctest.Proc
 	// url: a gateway's proxy; ready: its (or the controller's) readiness.
 	url, ready string
 }
@@ -44,73 +35,36 @@ type harness struct {
 // ready; it is stopped when the test ends.
 func (h *harness) start(name, ready string, args ...string) *proc {
 	h.t.Helper()
-	p := &proc{name: name, args: args, ready: ready, log: filepath.Join(h.dir, name+".log")}
-	h.launch(p)
-	h.t.Cleanup(func() { h.stop(p) })
-	h.eventually(name+" ready", func() bool { return status(ready) == 200 }, p)
+	p := &proc{Proc: proctest.New(h.dir, name, h.bin, args...), ready: ready}
+	if err := p.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { p.Stop(15 * time.Second) })
+	h.eventually(name+" ready", func() bool { return proctest.Status(ready) == 200 }, p)
 	return p
-}
-
-func (h *harness) launch(p *proc) {
-	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	p.done = make(chan struct{})
-	p.cmd = exec.Command(h.bin, p.args...)
-	p.cmd.Stdout, p.cmd.Stderr = f, f
-	if err := p.cmd.Start(); err != nil {
-		h.t.Fatal(err)
-	}
-	done := p.done
-	go func() { _ = p.cmd.Wait(); f.Close(); close(done) }()
 }
 
 // restart stops p and starts it again with the same arguments.
 func (h *harness) restart(p *proc) {
 	h.t.Helper()
-	h.stop(p)
-	h.launch(p)
-	h.eventually(p.name+" ready again", func() bool { return status(p.ready) == 200 }, p)
-}
-
-func (h *harness) stop(p *proc) {
-	select {
-	case <-p.done:
-		return
-	default:
+	p.Stop(15 * time.Second)
+	if err := p.Start(); err != nil {
+		h.t.Fatal(err)
 	}
-	_ = p.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	h.eventually(p.Name+" ready again", func() bool { return proctest.Status(p.ready) == 200 }, p)
 }
 
 // eventually polls cond for up to a minute, then fails with the logs'
 // tails.
 func (h *harness) eventually(what string, cond func() bool, logs ...*proc) {
 	h.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			var tails []string
-			for _, p := range logs {
-				b, _ := os.ReadFile(p.log)
-				if len(b) > 4000 {
-					b = b[len(b)-4000:]
-				}
-				tails = append(tails, p.name+":\n"+string(b))
-			}
-			h.t.Fatalf("timed out waiting: %s\n%s", what, strings.Join(tails, "\n"))
-		}
-		time.Sleep(50 * time.Millisecond)
+	ps := make([]*proctest.Proc, len(logs))
+	for i, p := range logs {
+		ps[i] = p.Proc
 	}
+	proctest.Eventually(h.t, time.Minute, 50*time.Millisecond, what, cond, ps...)
 }
 
-// get reads the rule from the API server.
 func (h *harness) get() *v1alpha1.RateLimitRule {
 	var obj v1alpha1.RateLimitRule
 	if err := h.k8s.Get(context.Background(), h.rule, &obj); err != nil {
@@ -182,7 +136,7 @@ func (l *load) run(ctx context.Context, perSecond int, eu, us []*proc) {
 		if l.perGateway == nil {
 			l.perGateway = map[string]int{}
 		}
-		l.perGateway[g.name]++
+		l.perGateway[g.Name]++
 		l.mu.Unlock()
 		wg.Go(func() { l.one(client, g) })
 	}
@@ -252,20 +206,11 @@ func (l *load) duration() time.Duration {
 	return last.Sub(first)
 }
 
-func status(url string) int {
-	res, err := http.Get(url)
-	if err != nil {
-		return 0
-	}
-	res.Body.Close()
-	return res.StatusCode
-}
-
 func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	t.Helper()
+	addr, err := proctest.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return fmt.Sprintf("127.0.0.1:%d", ln.Addr().(*net.TCPAddr).Port)
+	return addr
 }

@@ -165,7 +165,7 @@ func setup(t *testing.T) (h *harness, ctrl *proc, eu, us []*proc, euRedis *redis
 		us = append(us, h.gateway(fmt.Sprintf("us-%d", i+1), "us", usRedis.Addr(), kubeconfig, routes))
 	}
 	for _, g := range append(append([]*proc(nil), eu...), us...) {
-		h.eventually(g.name+" enforces the rule", func() bool { return admits(g) }, g)
+		h.eventually(g.Name+" enforces the rule", func() bool { return admits(g) }, g)
 	}
 	return h, ctrl, eu, us, euRedis
 }

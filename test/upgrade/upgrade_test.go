@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -37,6 +36,7 @@ import (
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
 	"github.com/tollgate-dev/tollgate/internal/testutil/gobuild"
+	"github.com/tollgate-dev/tollgate/internal/testutil/proctest"
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 )
 
@@ -307,17 +307,14 @@ type harness struct {
 }
 
 type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  string
+	*proctest.Proc
 	// url: a gateway's proxy; metrics: its /metrics URL.
 	url, metrics string
 }
 
 func (h *harness) controllerArgs() []string {
 	return []string{"controller", "--kubeconfig", h.kubeconfig, "--snapshot-namespace", namespace, "--leader-elect=false",
-		"--metrics-bind-address", "127.0.0.1:" + fmt.Sprint(freePort(h.t)), "--health-probe-bind-address", "127.0.0.1:" + fmt.Sprint(freePort(h.t))}
+		"--metrics-bind-address", freeAddr(h.t), "--health-probe-bind-address", freeAddr(h.t)}
 }
 
 // startController starts a controller with args (controllerArgs and more)
@@ -334,7 +331,7 @@ func (h *harness) startController(name, bin string, args []string) *proc {
 			probe = "http://" + args[i+1] + "/readyz"
 		}
 	}
-	h.eventually(name+" ready", func() bool { return status(probe) == 200 }, p)
+	h.eventually(name+" ready", func() bool { return proctest.Status(probe) == 200 }, p)
 	return p
 }
 
@@ -350,61 +347,41 @@ func (h *harness) loggedVersion(p *proc, bin, msg string) {
 	if err := json.Unmarshal(out, &v); err != nil {
 		h.t.Fatal(err)
 	}
-	logs, _ := os.ReadFile(p.log)
+	logs, _ := os.ReadFile(p.Log)
 	for _, line := range strings.Split(string(logs), "\n") {
 		var l struct{ Msg, Version, Commit, GoVersion string }
 		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == msg {
 			if l.Version != v.Version || l.Commit != v.Commit || l.GoVersion != v.GoVersion || v.Version == "" {
-				h.t.Errorf("%s logged %s with %+v, tollgate version says %+v", p.name, msg, l, v)
+				h.t.Errorf("%s logged %s with %+v, tollgate version says %+v", p.Name, msg, l, v)
 			}
 			want := fmt.Sprintf(`tollgate_build_info{commit=%q,goversion=%q,version=%q}`, v.Commit, v.GoVersion, v.Version)
 			if got := p.metric(want); got != 1 {
-				h.t.Errorf("%s: %s = %v, want 1", p.name, want, got)
+				h.t.Errorf("%s: %s = %v, want 1", p.Name, want, got)
 			}
 			return
 		}
 	}
-	h.t.Errorf("%s did not log %q", p.name, msg)
+	h.t.Errorf("%s did not log %q", p.Name, msg)
 }
 
 func (h *harness) start(name, bin string, args ...string) *proc {
 	h.t.Helper()
-	p := &proc{name: name, log: filepath.Join(h.dir, name+".log"), done: make(chan struct{})}
-	f, err := os.Create(p.log)
-	if err != nil {
+	p := &proc{Proc: proctest.New(h.dir, name, bin, args...)}
+	if err := p.Start(); err != nil {
 		h.t.Fatal(err)
 	}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = f, f
-	if err := p.cmd.Start(); err != nil {
-		h.t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); f.Close(); close(p.done) }()
 	h.t.Cleanup(func() { h.stop(p) })
 	return p
 }
 
-func (h *harness) stop(p *proc) {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
+func (h *harness) stop(p *proc) { p.Stop(15 * time.Second) }
 
 // startGateway starts a gateway of bin. Gateways of the current version run
 // with --redis-layout=compat-0.1 (what docs/upgrading.md says to set while
 // 0.1 gateways run) unless extra says otherwise.
 func (h *harness) startGateway(name, bin string, extra ...string) *proc {
 	h.t.Helper()
-	listen, admin := "127.0.0.1:"+fmt.Sprint(freePort(h.t)), "127.0.0.1:"+fmt.Sprint(freePort(h.t))
+	listen, admin := freeAddr(h.t), freeAddr(h.t)
 	args := []string{"gateway", "--kubeconfig", h.kubeconfig, "--snapshot-namespace", namespace,
 		"--routes", h.routes, "--redis-addr", h.redis, "--listen", listen, "--admin-listen", admin,
 		"--pod-name", name, "--lease-duration", "3s",
@@ -419,7 +396,7 @@ func (h *harness) startGateway(name, bin string, extra ...string) *proc {
 	args = append(args, extra...)
 	p := h.start(name, bin, args...)
 	p.url, p.metrics = "http://"+listen, "http://"+admin+"/metrics"
-	h.eventually(name+" ready", func() bool { return status("http://"+admin+"/readyz") == 200 }, p)
+	h.eventually(name+" ready", func() bool { return proctest.Status("http://"+admin+"/readyz") == 200 }, p)
 	return p
 }
 
@@ -444,7 +421,7 @@ func (p *proc) metric(series string) float64 {
 
 func (h *harness) waitRules(p *proc, n float64) {
 	h.t.Helper()
-	h.eventually(fmt.Sprintf("%s loads %v rules", p.name, n), func() bool { return p.metric("tollgate_gateway_rules") == n }, p)
+	h.eventually(fmt.Sprintf("%s loads %v rules", p.Name, n), func() bool { return p.metric("tollgate_gateway_rules") == n }, p)
 }
 
 // expectAllowed sends n requests for tenant, round robin over gateways, and
@@ -458,7 +435,7 @@ func (h *harness) expectAllowed(tenant string, allowed, n int, gateways ...*proc
 		req.Header.Set("X-Api-Key", tenant)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
-			h.t.Fatalf("%s: %v", g.name, err)
+			h.t.Fatalf("%s: %v", g.Name, err)
 		}
 		_, _ = io.Copy(io.Discard, res.Body)
 		res.Body.Close()
@@ -467,13 +444,13 @@ func (h *harness) expectAllowed(tenant string, allowed, n int, gateways ...*proc
 			got++
 		case http.StatusTooManyRequests:
 		default:
-			h.t.Fatalf("%s answered %d for tenant %s", g.name, res.StatusCode, tenant)
+			h.t.Fatalf("%s answered %d for tenant %s", g.Name, res.StatusCode, tenant)
 		}
 	}
 	if got != allowed {
 		names := []string{}
 		for _, g := range gateways {
-			names = append(names, g.name)
+			names = append(names, g.Name)
 		}
 		h.t.Errorf("tenant %s: %d of %d requests admitted through %v, want %d", tenant, got, n, names, allowed)
 	}
@@ -481,37 +458,18 @@ func (h *harness) expectAllowed(tenant string, allowed, n int, gateways ...*proc
 
 func (h *harness) eventually(what string, cond func() bool, logs ...*proc) {
 	h.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			var tails []string
-			for _, p := range logs {
-				b, _ := os.ReadFile(p.log)
-				if len(b) > 3000 {
-					b = b[len(b)-3000:]
-				}
-				tails = append(tails, p.name+":\n"+string(b))
-			}
-			h.t.Fatalf("timed out waiting: %s\n%s", what, strings.Join(tails, "\n"))
-		}
-		time.Sleep(100 * time.Millisecond)
+	ps := make([]*proctest.Proc, len(logs))
+	for i, p := range logs {
+		ps[i] = p.Proc
 	}
+	proctest.Eventually(h.t, time.Minute, 100*time.Millisecond, what, cond, ps...)
 }
 
-func status(url string) int {
-	res, err := http.Get(url)
-	if err != nil {
-		return 0
-	}
-	res.Body.Close()
-	return res.StatusCode
-}
-
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	addr, err := proctest.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return addr
 }
