@@ -22,6 +22,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/internal/testutil/envtestutil"
+	"github.com/tollgate-dev/tollgate/internal/testutil/proctest"
 )
 
 // A real Prometheus server (Debian's prometheus package) scraping the three
