@@ -37,13 +37,13 @@ var _ = Describe("RateLimitRule expiry", func() {
 		Expect(k8s.Create(ctx, boost)).To(Succeed())
 
 		Eventually(func(g Gomega) {
-			g.Expect(f.snapshot(g).Lookup("shop-a", "create-order").Capacity).To(BeEquivalentTo(500), "the boost beats the * default")
+			g.Expect(f.capacity(g, "shop-a", "create-order")).To(BeEquivalentTo(500), "the boost beats the * default")
 			g.Expect(condition(f.get(g, boost), v1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
 		}, 20*time.Second).Should(Succeed())
 		Expect(time.Now()).To(BeTemporally("<", expires.Time), "the boost was seen in force before its expiry")
 
 		Eventually(func(g Gomega) {
-			g.Expect(f.snapshot(g).Lookup("shop-a", "create-order").Capacity).To(BeEquivalentTo(20), "the default is back")
+			g.Expect(f.capacity(g, "shop-a", "create-order")).To(BeEquivalentTo(20), "the default is back")
 			obj := f.get(g, boost)
 			for _, t := range []string{v1alpha1.ConditionAccepted, v1alpha1.ConditionReady} {
 				c := condition(obj, t)
@@ -68,7 +68,7 @@ var _ = Describe("RateLimitRule expiry", func() {
 		obj.Spec.ExpiresAt = &metav1.Time{Time: time.Now().Add(time.Hour)}
 		Expect(k8s.Update(ctx, obj)).To(Succeed())
 		Eventually(func(g Gomega) {
-			g.Expect(f.snapshot(g).Lookup("shop-a", "create-order").Capacity).To(BeEquivalentTo(500))
+			g.Expect(f.capacity(g, "shop-a", "create-order")).To(BeEquivalentTo(500))
 			g.Expect(condition(f.get(g, boost), v1alpha1.ConditionReady).Reason).To(Equal(v1alpha1.ReasonReady))
 		}, 20*time.Second).Should(Succeed())
 	})

@@ -110,7 +110,7 @@ var _ = Describe("RateLimitRule snapshot", func() {
 			g.Expect(acc.Message).NotTo(ContainSubstring(f.ns + "/"))
 			g.Expect(condition(obj, v1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))
 			g.Expect(condition(obj, v1alpha1.ConditionProgrammed).Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(f.snapshot(g).Lookup("shop-b", "list").Capacity).To(BeEquivalentTo(10))
+			g.Expect(f.capacity(g, "shop-b", "list")).To(BeEquivalentTo(10))
 		}, 20*time.Second).Should(Succeed())
 
 		By("recording a Conflict event on the loser")

@@ -113,7 +113,7 @@ var _ = Describe("Region rebalancer", func() {
 			obj := f.get(g, rule)
 			g.Expect(obj.Status.ObservedGeneration).To(Equal(obj.Generation))
 			g.Expect(obj.Status.RegionSplit).To(Equal("eu=50 us=30"))
-			g.Expect(f.snapshot(g).Lookup("shop-a", "orders").Capacity).To(BeEquivalentTo(120))
+			g.Expect(f.capacity(g, "shop-a", "orders")).To(BeEquivalentTo(120))
 			us, _ := f.snapshot(g).Lookup("shop-a", "orders").Share("us")
 			g.Expect(us).To(BeEquivalentTo(30))
 		}, 20*time.Second).Should(Succeed())

@@ -264,8 +264,8 @@ var _ = Describe("The namespace policy", func() {
 		readyRule(f, legit)
 		Eventually(func(g Gomega) {
 			set := f.snapshot(g)
-			g.Expect(set.Lookup("shop-b", "pay").Capacity).To(BeEquivalentTo(5), "the refused older rule takes no part")
-			g.Expect(set.Lookup("shop-a", "pay").Capacity).To(BeEquivalentTo(3))
+			g.Expect(capacityIn(g, set, "shop-b", "pay")).To(BeEquivalentTo(5), "the refused older rule takes no part")
+			g.Expect(capacityIn(g, set, "shop-a", "pay")).To(BeEquivalentTo(3))
 			g.Expect(set.Lookup("shop-q", "other")).To(BeNil(), "no wildcard rule is published")
 		}, wait).Should(Succeed())
 		Expect(testutil.ToFloat64(rulesByState.WithLabelValues("not_allowed"))).To(BeEquivalentTo(2))
@@ -282,7 +282,7 @@ var _ = Describe("The namespace policy", func() {
 		setAnnotations(f.ns2, map[string]string{v1alpha1.AnnotationAllowWildcardTenant: "true"})
 		refused(f, own, `tenant "shop-a"`)
 		Eventually(func(g Gomega) {
-			g.Expect(f.snapshot(g).Lookup("shop-a", "pay").Capacity).To(BeEquivalentTo(1000), "the wildcard rule applies")
+			g.Expect(f.capacity(g, "shop-a", "pay")).To(BeEquivalentTo(1000), "the wildcard rule applies")
 		}, wait).Should(Succeed())
 	})
 })

@@ -154,6 +154,20 @@ func (f *fixture) snapshot(g Gomega) *snapshot.Set {
 	return set
 }
 
+// capacity is the capacity of the rule in force for tenant and route in
+// the published snapshot; it fails g while no rule applies (inside
+// Eventually: polled again, where a nil rule's field would panic).
+func (f *fixture) capacity(g Gomega, tenant, route string) int64 {
+	return capacityIn(g, f.snapshot(g), tenant, route)
+}
+
+// capacityIn is capacity in set.
+func capacityIn(g Gomega, set *snapshot.Set, tenant, route string) int64 {
+	r := set.Lookup(tenant, route)
+	g.Expect(r).NotTo(BeNil(), "no rule for tenant %s route %s in snapshot version %d", tenant, route, set.Version())
+	return r.Capacity
+}
+
 // newRule builds a RateLimitRule in the fixture's namespace.
 func (f *fixture) newRule(name, tenant, route string, capacity, perSecond int64) *v1alpha1.RateLimitRule {
 	return &v1alpha1.RateLimitRule{
