@@ -80,11 +80,11 @@ func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var cfg config
 	var only string
-	fs.BoolVar(&cfg.quick, "quick", false, "Run every scenario briefly (about two minutes): checks the harness, not the machine.")
+	fs.BoolVar(&cfg.quick, "quick", false, "Run the chosen scenarios briefly (every one with -all: about three minutes): checks the harness, not the machine.")
 	fs.StringVar(&cfg.out, "out", ".bench", "Directory for results.json, report.md, the plots and the processes' logs.")
 	fs.StringVar(&cfg.tollgate, "tollgate", "", "Use this tollgate binary instead of building bin/tollgate (with the flags of make build).")
 	fs.StringVar(&only, "scenarios", strings.Join(defaultScenarios, ","), "Comma-separated scenarios to run: "+strings.Join(scenarioNames, ", ")+" (http2, regions and scale-out only when named, or with -all; scale-out also with -scale-out).")
-	scaleOut := fs.Bool("scale-out", false, "Also run the scale-out scenario (about 3 minutes; 20 s quick): a local Redis Cluster of 3 and 6 masters, 100,000 tenants, the Cluster's operations under load, and one gateway's limiter at steady rates with a CPU profile.")
+	scaleOut := fs.Bool("scale-out", false, "Also run the scale-out scenario (about 3.5 minutes; 45 s quick): a local Redis Cluster of 3 and 6 masters (and 3 at the share of the rate that loads each master as 6 are loaded, for the scaling efficiency), 100,000 tenants, the Cluster's operations under load, and one gateway's limiter at steady rates, with and without solo sends, with a CPU profile.")
 	all := fs.Bool("all", false, "Run every scenario, the opt-in ones (http2, regions, scale-out) too: what make bench-report publishes (about 18 minutes).")
 	fs.Int64Var(&cfg.seed, "seed", 1, "Seed of the tenant mix.")
 	fs.BoolVar(&cfg.pin, "pin", true, "In the latency scenario's CPU comparison (at the first rate) and the rls scenario, run the measured process (gateway, floors, nginx) alone on one CPU and the harness and Redis on the others, with taskset, where the machine allows (two or more CPUs). The latency steps themselves run unpinned.")
