@@ -1,11 +1,16 @@
 package limiter
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-dev/tollgate/internal/testutil/redistest"
 )
@@ -33,7 +38,9 @@ func TestSoloSends(t *testing.T) {
 			t.Cleanup(func() { _ = bt.Close() })
 			b := Bucket{Key: Key("solo", tc.name), Capacity: 5, RefillTokens: 1, RefillPeriodMs: 3600_000}
 			// The first call of a fresh server loads the script (NOSCRIPT,
-			// then EVAL): not counted below.
+			// then EVAL), and the first solo one dials the solo connection
+			// (on a goroutine, as a worker would): not counted below.
+			time.Sleep(tc.pause)
 			if _, err := bt.Take(context.Background(), Bucket{Key: Key("solo", "warm"), Capacity: 1, RefillTokens: 1, RefillPeriodMs: 1000}, 1, 1); err != nil {
 				t.Fatal(err)
 			}
@@ -130,3 +137,105 @@ func TestSoloSlowRedis(t *testing.T) {
 }
 
 type errOrNil struct{ error }
+
+// TestSoloKeepsTheWaitBound: a solo Take waits no longer than MaxWait (or
+// its own deadline) however slow the steps around the call are. Dialling
+// a new connection and resending the script after NOSCRIPT are not
+// bounded by the wait on the socket, so a solo Take must leave them to a
+// goroutine, as a queued Take leaves them to a worker: (a) dials that take
+// 800 ms, (b) a Redis that lost its scripts and whose EVAL reaches it 800
+// ms late (a proxy holds it). MaxWait is 50 ms; through the workers the
+// Take returns then, with an error.
+func TestSoloKeepsTheWaitBound(t *testing.T) {
+	const hold, maxWait = 800 * time.Millisecond, 50 * time.Millisecond
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		name     string
+		slowDial bool
+		holdEval bool
+	}{
+		{"slow dial", true, false},
+		{"NOSCRIPT, then a late EVAL", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			proxy := startHoldingProxy(t, srv.Addr(), hold, tc.holdEval)
+			var slow atomic.Bool
+			client := redis.NewClient(&redis.Options{Addr: proxy, Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if slow.Load() {
+					time.Sleep(hold)
+				}
+				return (&net.Dialer{}).DialContext(ctx, network, addr)
+			}})
+			t.Cleanup(func() { _ = client.Close() })
+			bt := NewBatcher(client, BatcherOptions{SoloGap: time.Nanosecond, MaxWait: maxWait, Timeout: time.Second})
+			t.Cleanup(func() { _ = bt.Close() })
+			b := Bucket{Key: Key("solo", tc.name), Capacity: 5, RefillTokens: 1, RefillPeriodMs: 1000}
+			if tc.holdEval {
+				// Connected and the script loaded, then lost.
+				if err := srv.Client(t).ScriptLoad(context.Background(), tokenBucketSrc).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := bt.Take(context.Background(), b, 1, 1); err != nil {
+					t.Fatal(err)
+				}
+				if err := srv.Client(t).ScriptFlush(context.Background()).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			slow.Store(tc.slowDial)
+			start := time.Now()
+			_, err := bt.Take(context.Background(), b, 1, 1)
+			if took := time.Since(start); took > hold/2 {
+				t.Fatalf("the Take returned after %s (err %v); MaxWait is %s", took.Round(time.Millisecond), err, maxWait)
+			}
+			if err == nil {
+				t.Fatal("the Take returned no error before its call could run")
+			}
+		})
+	}
+}
+
+// startHoldingProxy forwards TCP to addr; with holdEval, a write of the
+// client's that carries an EVAL (the script's text) is forwarded hold
+// later. It returns the proxy's address.
+func startHoldingProxy(t *testing.T, addr string, hold time.Duration, holdEval bool) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(c, s); c.Close() }()
+			go func() {
+				defer s.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						if holdEval && bytes.Contains(bytes.ToLower(buf[:n]), []byte("$4\r\neval\r\n")) {
+							time.Sleep(hold)
+						}
+						if _, werr := s.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}

@@ -84,6 +84,10 @@ func (p *pipe) close() {
 	}
 }
 
+// open reports whether the pipe has a connection that the peer has not
+// closed (a send on it dials nothing).
+func (p *pipe) open() bool { return p.conn != nil && !p.conn.peerClosed() }
+
 // connect dials unless connected, and says who the client is (AUTH,
 // SELECT, CLIENT SETNAME), all before deadline. A connection Redis has
 // closed since its last pipeline (a restart, its idle timeout) is dropped

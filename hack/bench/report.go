@@ -117,7 +117,7 @@ func (h *harness) markdown() string {
 	m.p("- everything on loopback on this one machine: the load generator (vegeta, open loop, constant rate) and the echo upstream share the two cores with redis-server and the gateway process, so absolute figures are the machine's; each is shown next to a baseline of the same run.")
 	m.p("- CPUs in the latency scenario's CPU comparison, the rls and the http2 scenarios (gateway, floors, nginx): %s", r.Meta.Pinning)
 	if r.Meta.Mode == "quick" {
-		m.p("- **quick run**: every scenario briefly, to check the harness works. Not a measurement.")
+		m.p("- **quick run**: the scenarios run briefly (every one with -all), to check the harness works. Not a measurement.")
 	}
 	if r.Meta.Race {
 		m.p("- **built with -race**: the harness's own figures (and the publish benchmark) are not speed figures.")

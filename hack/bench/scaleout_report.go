@@ -39,9 +39,9 @@ func (h *harness) mdEfficiency(m *md, ps []SOPass) {
 	if !ok {
 		return
 	}
-	m.para("**Scaling efficiency** (decisions per Redis CPU-second, every round's passes pooled: %d each): %d masters at %d/s %.0f; %d masters at %d/s, each master as loaded as the %d at %d/s, %.0f: **%.2f** with each master at the same load; %d masters at %d/s %.0f: %.2f at the same total rate, where each of the %d masters is half as busy. "+
+	m.para("**Scaling efficiency** (decisions per Redis CPU-second, every round's passes pooled: %d each): %d masters at %d/s %.0f; %d masters at %d/s, each master as loaded as the %d at %d/s, %.0f: **%.2f** with each master at the same load; %d masters at %d/s %.0f: %.2f at the same total rate, where each of the %d masters carries %d/%d of the load of each of the %d. "+
 		"A redis-server less busy spends more CPU per call: it wakes up for fewer calls at a time (the %d-master passes at the two rates, %.0f and %.0f, show it on the same cluster). Sizing caps each master's CPU, so the figure to scale by is the one at the same load per master.",
-		s.rounds, s.large, s.rate, s.big, s.small, s.sameRate, s.large, s.rate, s.same, s.big/s.same, s.small, s.rate, s.whole, s.big/s.whole, s.large, s.small, s.same, s.whole)
+		s.rounds, s.large, s.rate, s.big, s.small, s.sameRate, s.large, s.rate, s.same, s.big/s.same, s.small, s.rate, s.whole, s.big/s.whole, s.large, s.small, s.large, s.small, s.small, s.same, s.whole)
 }
 
 func pct(x float64) string { return fmt.Sprintf("%+.2f %%", 100*x) }

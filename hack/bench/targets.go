@@ -261,7 +261,6 @@ func limiterCPU(h *harness) []measured {
 	return out
 }
 
-// quickNote explains why a quick run does not judge the scale targets.
 // joinNotes joins the notes that are not empty.
 func joinNotes(notes ...string) string {
 	var out []string
@@ -273,6 +272,7 @@ func joinNotes(notes ...string) string {
 	return strings.Join(out, "; ")
 }
 
+// quickNote explains why a quick run does not judge the scale targets.
 func quickNote(h *harness) string {
 	if h.cfg.quick {
 		return "quick run: smaller sizes, not a measurement of the target"
@@ -405,7 +405,7 @@ func scalingEfficiency(h *harness) []measured {
 		{what: fmt.Sprintf("Redis Cluster scaling, decisions per Redis CPU-second at %d masters ÷ at %d, each master at the same load", s.large, s.small),
 			value: fmt.Sprintf("%.2f (%.0f at %d/s vs %.0f at %d/s)", s.big/s.same, s.big, s.rate, s.same, s.sameRate),
 			met:   s.big/s.same >= 0.9, judged: h.judging(), note: joinNotes(rounds, quickNote(h))},
-		{what: fmt.Sprintf("the same, both at %d/s (each of %d masters half as busy)", s.rate, s.large),
+		{what: fmt.Sprintf("the same, both at %d/s (each of %d masters with %d/%d of the load of each of %d)", s.rate, s.large, s.small, s.large, s.small),
 			value: fmt.Sprintf("%.2f (%.0f vs %.0f)", s.big/s.whole, s.big, s.whole),
 			note:  joinNotes(rounds, "shown, not judged: a less busy redis-server spends more CPU per call (the 3-master passes at the two rates show how much)")},
 	}
