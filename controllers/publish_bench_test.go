@@ -8,9 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,13 +29,7 @@ import (
 func BenchmarkPublish(b *testing.B) {
 	_, cfg := envtestutil.Start(b)
 	cfg.QPS, cfg.Burst = 1000, 2000
-	sch := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(sch)
-	_ = v1alpha1.AddToScheme(sch)
-	c, err := client.New(cfg, client.Options{Scheme: sch})
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := envtestutil.Client(b, cfg)
 	ctx := context.Background()
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: snapshotNS}}); err != nil {
 		b.Fatal(err)

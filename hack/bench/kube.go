@@ -8,15 +8,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/go-logr/logr"
 
-	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 	"github.com/tollgate-dev/tollgate/internal/procs/kubeapi"
 )
 
@@ -52,10 +49,7 @@ func (h *harness) kubeEnv(ctx context.Context) (*kubeEnv, error) {
 	h.kube = k
 	atExit(k.stop)
 	cfg.QPS, cfg.Burst = 1000, 2000
-	sch := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(sch)
-	_ = v1alpha1.AddToScheme(sch)
-	if k.client, err = client.New(cfg, client.Options{Scheme: sch}); err != nil {
+	if k.client, err = kubeapi.NewClient(cfg); err != nil {
 		return nil, err
 	}
 	if k.kubeconfig, err = kubeapi.WriteKubeconfig(env, h.logDir); err != nil {

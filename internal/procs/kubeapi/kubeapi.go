@@ -17,8 +17,13 @@ import (
 	"strings"
 	"sync"
 
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tollgate-dev/tollgate/api/v1alpha1"
 )
 
 // module is this repository's module path, as its go.mod declares it.
@@ -159,4 +164,17 @@ func WriteKubeconfig(env *envtest.Environment, dir string) (string, error) {
 	}
 	path := filepath.Join(dir, "kubeconfig")
 	return path, os.WriteFile(path, data, 0o600)
+}
+
+// NewClient is a controller-runtime client of cfg that knows the built-in
+// kinds and tollgate's (api/v1alpha1).
+func NewClient(cfg *rest.Config) (client.Client, error) {
+	scheme := k8sruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: scheme})
 }

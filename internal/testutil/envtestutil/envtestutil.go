@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/tollgate-dev/tollgate/internal/procs/kubeapi"
@@ -43,6 +44,17 @@ func Start(t testing.TB) (*envtest.Environment, *rest.Config) {
 	}
 	t.Cleanup(func() { _ = env.Stop() })
 	return env, cfg
+}
+
+// Client is a client of cfg that knows the built-in kinds and tollgate's
+// (kubeapi.NewClient); it fails the test when it cannot.
+func Client(t testing.TB, cfg *rest.Config) client.Client {
+	t.Helper()
+	c, err := kubeapi.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // WriteKubeconfig writes a kubeconfig for an admin user of env into dir and
