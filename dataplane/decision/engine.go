@@ -256,11 +256,13 @@ func (e *Engine) bucketAt(base string, rule *snapshot.Rule) (limiter.Bucket, str
 		b.Capacity = rule.RegionCapacity(region)
 		b.RefillTokens, b.RefillPeriodMs = rule.RegionRefill(region)
 		if d := e.opts.Demand; d.WindowMs > 0 && rule.FollowsTraffic() && rule.Source != "" {
-			b.Demand = limiter.Demand{Key: limiter.DemandKey(b.Key, rule.Source, region),
-				WindowMs: d.WindowMs, Slots: d.slots(), Percent: int64(pct), PerRule: d.PerRule}
+			var key string
 			if d.PerRule {
-				b.Demand.Key = regionshares.DemandKey(rule.Source, rule.Source, region)
+				key = regionshares.DemandKey(rule.Source, rule.Source, region)
+			} else {
+				key = limiter.DemandKey(b.Key, rule.Source, region)
 			}
+			b.Demand = limiter.Demand{Key: key, WindowMs: d.WindowMs, Slots: d.slots(), Percent: int64(pct), PerRule: d.PerRule}
 		}
 	}
 	b.Quota = e.quota(base, region, rule)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,11 +30,26 @@ var (
 // stackEngine is an engine over rs with a Redis chain.
 func stackEngine(t *testing.T, c limiter.BatchClient, rs ...snapshot.Rule) *decision.Engine {
 	t.Helper()
+	return countingStackEngine(t, c, nil, rs...)
+}
+
+// countingStackEngine is stackEngine counting the stacks it decided in one
+// script call into oneCalls (nil: not counted).
+func countingStackEngine(t *testing.T, c limiter.BatchClient, oneCalls *atomic.Int64, rs ...snapshot.Rule) *decision.Engine {
+	t.Helper()
 	store := rules.NewStore(slow("*", "*", 1000))
 	store.Replace(snapshot.Build(rs, 1))
 	ch := limiter.NewChain(limiter.ChainOptions{Client: c, Coalesce: true, EmptyBucketCache: true, Timeout: 30 * time.Second, MaxWait: 30 * time.Second})
 	t.Cleanup(func() { _ = ch.Close() })
-	return decision.New(decision.Options{Rules: store, Limiter: ch})
+	o := decision.Options{Rules: store, Limiter: ch}
+	if oneCalls != nil {
+		o.Stacked = func(one bool) {
+			if one {
+				oneCalls.Add(1)
+			}
+		}
+	}
+	return decision.New(o)
 }
 
 // pass sends one request through every limit that applies, as the proxy

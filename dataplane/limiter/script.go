@@ -57,14 +57,14 @@ func ScriptCall(b *Bucket, cost, want, deadlineMs int64, layout Layout) (keys []
 // fill sets a to the arguments of ScriptCall and returns them.
 func (a *scriptArgs) fill(b *Bucket, cost, want, deadlineMs int64, layout Layout) (keys []string, args []any) {
 	hash, field := Storage(b.Key)
-	*a = scriptArgs{keys: [2]string{hash, b.Key}, capacity: b.Capacity, ints: [6]int64{
+	*a = scriptArgs{keys: [5]string{hash, b.Key}, capacity: b.Capacity, ints: [6]int64{
 		b.RefillTokens, b.RefillPeriodMs, cost, want, deadlineMs, max(1, b.Unit)}, field: field}
 	var compat any = "0" // a constant in an interface: no allocation
 	if layout == LayoutCompat {
 		compat = "1"
 	}
 	i := &a.ints
-	keys = a.keys[:]
+	keys = a.keys[:2]
 	args = append(a.argv[:0], &a.capacity, &i[0], &i[1], &i[2], &i[3], &i[4], &i[5], &a.field, compat)
 	var debt any = ""
 	if b.Charge {
@@ -103,13 +103,13 @@ func (a *scriptArgs) fill(b *Bucket, cost, want, deadlineMs int64, layout Layout
 // so a call costs one allocation rather than one per boxed argument (a
 // quota's arguments, rarer, are boxed as they come).
 type scriptArgs struct {
-	keys     [2]string
+	keys     [5]string // the bucket's two, a quota's two, a demand ring
 	capacity float64
 	ints     [6]int64
 	field    string
 	maxDebt  float64
 	demand   [5]int64
-	argv     [10]any
+	argv     [23]any // 18 with a quota, 23 with a demand ring
 }
 
 // scriptCmd is one call of the script as a go-redis command, its
@@ -119,8 +119,9 @@ type scriptArgs struct {
 type scriptCmd struct {
 	args scriptArgs
 	// argv is EVALSHA (or EVAL), the SHA (or the script), the number of
-	// keys, the keys and the arguments: 2 + 4 + 19 at most (a quota).
-	argv [25]any
+	// keys, the keys and the arguments: 3 + 5 + 23 at most (a quota and a
+	// demand ring).
+	argv [31]any
 }
 
 // Scripts by SHA and by text, for scriptCmd.

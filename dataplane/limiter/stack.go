@@ -119,14 +119,18 @@ func oneCall(ws []Want, cluster bool) bool {
 	if len(ws) == 0 {
 		return false
 	}
-	slot, _ := bucketSlot(ws[0].Bucket.Key)
+	slot := -1 // of every key, in a Cluster
 	for i := range ws {
 		b := &ws[i].Bucket
 		if ws[i].Cost < 1 || b.Quota.Key != "" || b.Shards > 1 || b.Prefetch > 1 || b.Unit > 1 || b.Charge {
 			return false
 		}
-		if s, whole := bucketSlot(b.Key); cluster && (!whole || s != slot) {
-			return false
+		if cluster {
+			s, whole := bucketSlot(b.Key)
+			if !whole || slot >= 0 && int(s) != slot {
+				return false
+			}
+			slot = int(s)
 		}
 		for j := range i {
 			if ws[j].Bucket.Key == b.Key {

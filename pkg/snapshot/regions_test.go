@@ -57,3 +57,26 @@ func TestInForce(t *testing.T) {
 		t.Fatalf("shares adding up to 120 in a snapshot: %v, want refused", err)
 	}
 }
+
+// TestFollowsTraffic: shares follow the traffic (gateways record demand,
+// the rebalancer moves them) only for a rule split between two regions or
+// more and not Fixed; the controller's rebalancer asks the same of the
+// RateLimitRule.
+func TestFollowsTraffic(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		regions []RegionShare
+		fixed   bool
+		want    bool
+	}{
+		{"not split", nil, false, false},
+		{"one region holds all", []RegionShare{{"eu", 100}}, false, false},
+		{"two regions", []RegionShare{{"eu", 50}, {"us", 50}}, false, true},
+		{"two regions, Fixed", []RegionShare{{"eu", 50}, {"us", 50}}, true, false},
+	} {
+		r := Rule{Regions: tc.regions, RegionsFixed: tc.fixed}
+		if got := r.FollowsTraffic(); got != tc.want {
+			t.Errorf("%s: FollowsTraffic %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -98,9 +98,11 @@ type RegionShare struct {
 }
 
 // FollowsTraffic reports whether the rule's region shares follow the
-// traffic: it is split and not Fixed. Its gateways record demand.
+// traffic: it is split between two regions or more and not Fixed (one
+// region holds all of it: nothing to move). Its gateways record demand;
+// the controller's rebalancer moves its shares under the same condition.
 func (r *Rule) FollowsTraffic() bool {
-	return len(r.Regions) > 0 && !r.RegionsFixed
+	return len(r.Regions) > 1 && !r.RegionsFixed
 }
 
 // Defaults and bounds of the hot-key settings; they match the CRD schema.
