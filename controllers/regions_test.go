@@ -175,14 +175,16 @@ func TestReadRegionInACluster(t *testing.T) {
 	for _, tenant := range tenants {
 		key := limiter.RegionKey(tenant, "orders", "eu")
 		b := limiter.Bucket{Key: key, Capacity: 1000, RefillTokens: 1000, RefillPeriodMs: 1000,
-			Demand: limiter.Demand{Key: limiter.DemandKey(key, "ns/r", "eu"), WindowMs: 3_600_000, Slots: 4, Percent: 50}}
+			Demand: limiter.Demand{Key: limiter.DemandKey(key, "ns/r", "eu"), WindowMs: 200, Slots: 8, Percent: 50}}
 		for range 5 {
 			if _, err := r.Take(ctx, b, 1, 1); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	// The windows are an hour: read them as complete from an hour on.
+	// Windows of 200 ms: after two more, every window holding a take is
+	// complete, and the pass counts it.
+	time.Sleep(450 * time.Millisecond)
 	var asked float64
 	var mu sync.Mutex // the masters are scanned concurrently
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
@@ -208,6 +210,9 @@ func TestReadRegionInACluster(t *testing.T) {
 	readings, err := readRegion(ctx, cc, "eu", time.Minute, nil)
 	if err != nil || readings["ns/r"] == nil || readings["ns/r"].Rings != len(tenants) {
 		t.Fatalf("readRegion: %+v %v, want the rule's %d rings", readings, err, len(tenants))
+	}
+	if got := readings["ns/r"]; got.Asked != float64(5*len(tenants)) || got.Span <= 0 {
+		t.Fatalf("readRegion: %+v, want the %d tokens asked over a span of complete windows", got, 5*len(tenants))
 	}
 }
 
