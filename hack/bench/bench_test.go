@@ -92,7 +92,7 @@ func TestQuickRunProducesReport(t *testing.T) {
 	case res.Limits == nil || len(res.Limits.Kinds) != len(limitKinds):
 		t.Error("limits: want every rule kind")
 	}
-	checkScaleOut(t, res.ScaleOut, newPlan(true))
+	checkScaleOut(t, res.ScaleOut, newPlan(true), out)
 	if l := res.Limits; l != nil {
 		for _, k := range l.Kinds {
 			// Requests were sent, and decided in Redis.
@@ -153,7 +153,7 @@ func TestQuickRunProducesReport(t *testing.T) {
 // rate per master of 6, in every round, then 3 without shards) with each
 // master's figures, the operations' windows and moved tenants, the steady
 // rates.
-func checkScaleOut(t *testing.T, r *ScaleOutResult, p plan) {
+func checkScaleOut(t *testing.T, r *ScaleOutResult, p plan, out string) {
 	t.Helper()
 	want := soPasses(p)
 	if r == nil || len(r.Passes) != len(want) || len(want) != 3*p.ScaleOutRounds+1 || r.Ops == nil || len(r.Steady) != 6 {
@@ -180,8 +180,10 @@ func checkScaleOut(t *testing.T, r *ScaleOutResult, p plan) {
 		t.Errorf("scale-out operations: want 4 windows and 3 tenants, got %+v", o)
 	}
 	for i, s := range r.Steady {
-		if s.Decisions == 0 || s.RoundTripsPerDec <= 0 || s.CPUPerDec <= 0 || len(s.Top) == 0 || s.Workers != (i%2 == 1) {
-			t.Errorf("scale-out steady %d/s: missing figures %+v", s.Rate, s)
+		// The profile is written; a quick pass (a second at a few hundred
+		// decisions/s) may hold too few samples to name a function.
+		if _, err := os.Stat(filepath.Join(out, s.Profile)); err != nil || s.Decisions == 0 || s.RoundTripsPerDec <= 0 || s.CPUPerDec <= 0 || s.Workers != (i%2 == 1) {
+			t.Errorf("scale-out steady %d/s: missing figures %+v (profile: %v)", s.Rate, s, err)
 		}
 		// The quick rates are far below DefaultSoloGap's: with the
 		// defaults most decisions go solo, with workers only none.
